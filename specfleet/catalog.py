@@ -1,0 +1,93 @@
+"""The shipped model catalog and image matrix (specfleet/data), as plain dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    repo: str
+    family: str
+    vocab_size: int
+    precision: str
+    weights_gib: float
+    gated: bool
+    needs_tiktoken: bool
+    eagle3: str | None
+    draft_models: tuple[str, ...]
+    mtp: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Head:
+    repo: str
+    method: str
+    family: str
+    weights_gib: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    ref: str
+    digest: str | None
+    vllm_version: str | None
+    cuda: str
+    classes: tuple[str, ...]
+    l4t_min: str
+    l4t_max: str | None
+    methods: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    models: tuple[Model, ...]
+    heads: tuple[Head, ...]
+    images: tuple[Image, ...]
+
+    def model(self, name_or_repo: str) -> Model | None:
+        wanted = name_or_repo.strip().lower()
+        for model in self.models:
+            if wanted in (model.name.lower(), model.repo.lower()):
+                return model
+        return None
+
+    def artifact_gib(self, repo: str) -> float | None:
+        """Weight memory of a speculator: an EAGLE head or a draft model from the catalog."""
+        for head in self.heads:
+            if head.repo == repo:
+                return head.weights_gib
+        model = self.model(repo)
+        return model.weights_gib if model else None
+
+    def names(self) -> list[str]:
+        return [model.name for model in self.models]
+
+
+def _read(name: str) -> dict:
+    return yaml.safe_load(resources.files("specfleet.data").joinpath(name).read_text())
+
+
+@cache
+def load_catalog() -> Catalog:
+    catalog = _read("catalog.yml")
+    images = _read("images.yml")
+    models = tuple(
+        Model(**{**entry, "draft_models": tuple(entry["draft_models"])})
+        for entry in catalog["models"]
+    )
+    heads = tuple(Head(**entry) for entry in catalog["heads"])
+    image_entries = tuple(
+        Image(**{**entry, "classes": tuple(entry["classes"]), "methods": tuple(entry["methods"])})
+        for entry in images["images"]
+    )
+    return Catalog(models=models, heads=heads, images=image_entries)

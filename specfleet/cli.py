@@ -1,0 +1,189 @@
+"""`specfleet`: the front door for what is not a playbook.
+
+Thin: parses arguments, calls the pure functions, prints tables (rich) or JSON. Exit
+codes: 0 done, 1 a unit could not be read, 2 bad input (nothing was planned or touched).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+from specfleet_unit.jetson_identity import IdentityError, paths_under, read_unit
+
+from specfleet import inventory as inventory_module
+from specfleet import policy as policy_module
+from specfleet import render
+from specfleet.catalog import load_catalog
+from specfleet.plan import plan_fleet
+
+EXIT_BAD_INPUT = 2
+
+
+class InputError(Exception):
+    """Bad input from the user; the message says what and where."""
+
+
+def _emit(data: Any, fmt: str, table: Any = None) -> None:
+    if fmt == "json" or table is None:
+        json.dump(data, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    else:
+        render.print_table(table)
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    try:
+        unit = read_unit(paths_under(args.root))
+    except IdentityError as exc:
+        print(f"specfleet facts: {exc}", file=sys.stderr)
+        return 1
+    _emit(unit, "json")
+    return 0
+
+
+def _load_policy_file(path: str | None) -> dict:
+    if not path:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"--policy {path}: cannot read ({exc})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"--policy {path}: must be a map of specfleet_* variables")
+    unknown = sorted(set(data) - set(policy_module.variable_names()))
+    if unknown:
+        raise InputError(f"--policy {path}: unknown variables: {', '.join(unknown)}")
+    return data
+
+
+def _load_facts_file(path: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--facts {path}: cannot read JSON ({exc})") from exc
+    data = data.get("specfleet_unit", data) if isinstance(data, dict) else data
+    if not isinstance(data, dict) or "device_class" not in data or "memory_mb" not in data:
+        raise InputError(f"--facts {path}: not a facts file (run `specfleet facts --root DIR`)")
+    return data
+
+
+def _group_problems(problems_by_host: dict[str, list[str]]) -> list[str]:
+    """One line per distinct problem, naming the hosts it applies to (60 units share
+    group_vars, so the same mistake must not print 60 times)."""
+    hosts_by_problem: dict[str, list[str]] = defaultdict(list)
+    for host, problems in problems_by_host.items():
+        for problem in problems:
+            hosts_by_problem[problem].append(host)
+    lines = []
+    for problem, hosts in hosts_by_problem.items():
+        shown = ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more" if len(hosts) > 4 else "")
+        lines.append(f"{problem} [host: {shown}]")
+    return lines
+
+
+def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
+    """(facts by host, policy overrides by host) from --facts files or an inventory."""
+    file_policy = _load_policy_file(args.policy)
+    cli_overrides = {**file_policy, **({"specfleet_model": args.model} if args.model else {})}
+    units: dict[str, dict] = {}
+    overrides: dict[str, dict] = {}
+    if args.inventory:
+        try:
+            variables = inventory_module.host_variables(args.inventory)
+        except Exception as exc:  # Ansible raises many types for a bad inventory
+            raise InputError(f"-i {args.inventory}: {exc}") from exc
+        if not variables:
+            raise InputError(f"-i {args.inventory}: no hosts")
+        missing = []
+        for host, host_vars in variables.items():
+            facts, _ = inventory_module.facts_for(host, host_vars, args.facts_dir)
+            if facts is None:
+                missing.append(host)
+                continue
+            units[host] = facts
+            overrides[host] = {**inventory_module.policy_overrides(host_vars), **cli_overrides}
+        if missing:
+            raise InputError(
+                "no facts for " + ", ".join(missing)
+                + f": gather them (playbooks/plan.yml) into --facts-dir, or set "
+                f"{inventory_module.EXPECTED_FACTS_VAR} in the inventory"
+            )
+    for path in args.facts or []:
+        facts = _load_facts_file(path)
+        host = facts.get("host") or Path(path).stem
+        units[host] = facts
+        overrides[host] = cli_overrides
+    if not units:
+        raise InputError("nothing to plan: give --facts FILE or -i INVENTORY")
+    return units, overrides
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    catalog = load_catalog()
+    try:
+        units, overrides = _gather_inputs(args)
+    except InputError as exc:
+        print(f"specfleet plan: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    policies: dict[str, dict] = {}
+    problems: dict[str, list[str]] = {}
+    for host, host_overrides in overrides.items():
+        merged = policy_module.merge(host_overrides)
+        found = policy_module.validate(merged, catalog)
+        if found:
+            problems[host] = found
+        policies[host] = merged
+    if problems:
+        print("specfleet plan: invalid policy, nothing planned:", file=sys.stderr)
+        for line in _group_problems(problems):
+            print(f"  - {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    plans = plan_fleet(units, policies, catalog)
+    _emit(plans, args.format, render.plan_table(plans))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specfleet",
+        description="Speculative decoding for a fleet of Jetson units: facts, plans, the lab.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    facts = commands.add_parser("facts", help="identify a unit from its files (no Ansible)")
+    facts.add_argument("--root", default="/", help="directory holding etc/ and proc/ (default /)")
+    facts.set_defaults(func=cmd_facts)
+
+    plan = commands.add_parser("plan", help="show what each unit would serve, before touching any")
+    plan.add_argument("--facts", action="append", metavar="FILE", help="facts JSON (repeatable)")
+    plan.add_argument("-i", "--inventory", help="Ansible inventory to plan every host of")
+    plan.add_argument("--facts-dir", help="directory of gathered facts, HOST.json per host")
+    plan.add_argument("--model", help="catalog name or Hugging Face repo id (overrides specfleet_model)")
+    plan.add_argument("--policy", metavar="FILE", help="YAML map of specfleet_* variables")
+    plan.add_argument("--format", choices=("table", "json"), default="table")
+    plan.set_defaults(func=cmd_plan)
+
+    try:
+        from specfleet.lab import cli as lab_cli
+    except ImportError:  # the lab is optional for users who only plan
+        lab_cli = None
+    if lab_cli is not None and hasattr(lab_cli, "register"):
+        lab_cli.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Read an Ansible inventory the way ansible-playbook does: hosts, their variables, and the
+facts to plan from (gathered facts files, else the inventory's declared expectation)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specfleet import policy as policy_module
+
+# A host's declared hardware, same shape as `specfleet facts` prints. Lets an organiser
+# plan an event before the units are reachable; the facts play checks units against it.
+EXPECTED_FACTS_VAR = "specfleet_expected_facts"
+
+
+def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
+    """Variables of every host (group_vars and host_vars applied), by host name."""
+    # Imported here: the rest of the CLI must not pay for loading Ansible.
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[inventory_path])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    hosts = sorted(inventory.get_hosts(), key=lambda host: host.name)
+    return {
+        host.name: _plain(variables.get_vars(host=host, include_hostvars=False))
+        for host in hosts
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Ansible wraps values in its own types; the plan wants plain Python data."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    return str(value)
+
+
+def policy_overrides(variables: Mapping[str, Any]) -> dict[str, Any]:
+    names = set(policy_module.variable_names())
+    return {name: value for name, value in variables.items() if name in names}
+
+
+def facts_for(host: str, variables: Mapping[str, Any], facts_dir: str | None) -> tuple[dict | None, str]:
+    """(facts, where they came from) for one host; facts None when there are none."""
+    if facts_dir:
+        path = Path(facts_dir) / f"{host}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            # Ansible's jsonfile fact cache stores all facts; ours sit under one key.
+            return data.get("specfleet_unit", data), str(path)
+    expected = variables.get(EXPECTED_FACTS_VAR)
+    if isinstance(expected, Mapping):
+        return dict(expected), f"{EXPECTED_FACTS_VAR} (inventory)"
+    return None, ""

@@ -1,0 +1,263 @@
+"""Serving plan: unit facts + catalog + policy -> what the unit should serve, and why.
+
+Pure functions. A plan carries both the known-good baseline serving (no speculation) and
+the speculative candidate; every downgrade and refusal adds a reason string that the
+report shows to the user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from specfleet_unit.jetson_identity import DEVICE_CLASSES
+
+from specfleet.catalog import Catalog, Image, Model
+
+METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
+GIB_PER_MIB = 1 / 1024
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _cuda_major(version: str | None) -> int | None:
+    return int(version.split(".")[0]) if version else None
+
+
+def image_fits(image: Image, device_class: str, l4t: str, unit_cuda: str | None) -> bool:
+    if device_class not in image.classes:
+        return False
+    if _version_key(l4t) < _version_key(image.l4t_min):
+        return False
+    if image.l4t_max and _version_key(l4t) > _version_key(image.l4t_max):
+        return False
+    # A CUDA 13 image needs a CUDA 13 driver: never on JetPack 6 (driver 540.x, CUDA 12).
+    unit_major = _cuda_major(unit_cuda)
+    return unit_major is not None and _cuda_major(image.cuda) <= unit_major
+
+
+def select_image(catalog: Catalog, device_class: str, l4t: str, unit_cuda: str | None) -> Image | None:
+    return next(
+        (image for image in catalog.images if image_fits(image, device_class, l4t, unit_cuda)),
+        None,
+    )
+
+
+def mirrored(ref: str, mirror: str | None) -> str:
+    """Rewrite an image reference to a LAN registry: drop its registry host, prefix the mirror.
+
+    Docker treats the first path component as a registry host when it contains '.' or ':'
+    or is 'localhost'; otherwise the image lives on docker.io.
+    """
+    if not mirror:
+        return ref
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        ref = rest
+    return f"{mirror}/{ref}"
+
+
+def speculative_config(method: str, artifact: str | None, tokens: int, policy: Mapping) -> dict:
+    config: dict[str, Any] = {"method": method}
+    if artifact:
+        config["model"] = artifact
+    config["num_speculative_tokens"] = tokens
+    if method == "ngram":
+        config["prompt_lookup_min"] = policy["specfleet_ngram_prompt_lookup_min"]
+        config["prompt_lookup_max"] = policy["specfleet_ngram_prompt_lookup_max"]
+    if artifact:
+        # The drafter runs unsharded beside the target (seed 000 sets it explicitly).
+        config["draft_tensor_parallel_size"] = 1
+    return config
+
+
+def serve_args(
+    model: Model,
+    policy: Mapping,
+    device_class: str,
+    utilisation: float,
+    spec_config: dict | None,
+) -> list[str]:
+    args = [
+        "vllm", "serve", model.repo,
+        "--host", "0.0.0.0",
+        "--port", str(policy["specfleet_port"]),
+        "--gpu-memory-utilization", f"{utilisation:.2f}",
+        "--max-model-len", str(policy["specfleet_max_model_len"][device_class]),
+        "--max-num-seqs", str(policy["specfleet_max_num_seqs"]),
+        "--seed", str(policy["specfleet_seed"]),
+    ]
+    if spec_config:
+        args += ["--speculative-config", json.dumps(spec_config, separators=(",", ":"))]
+    return args
+
+
+def _memory_check(
+    what: str, need_gib: float, utilisation: float, unit_gib: float, policy: Mapping
+) -> str | None:
+    """Why ``need_gib`` cannot be served at ``utilisation`` on ``unit_gib``, or None."""
+    budget = utilisation * unit_gib
+    headroom = policy["specfleet_memory_headroom_gib"]
+    if need_gib > budget:
+        return (
+            f"{what} needs {need_gib:.2f} GiB but vLLM's budget is {budget:.2f} GiB "
+            f"({utilisation:.2f} x {unit_gib:.2f} GiB)"
+        )
+    if need_gib + headroom > unit_gib:
+        return (
+            f"{what} needs {need_gib:.2f} GiB + {headroom:.2f} GiB headroom, "
+            f"the unit has {unit_gib:.2f} GiB"
+        )
+    return None
+
+
+def _speculator(method: str, model: Model, catalog: Catalog) -> tuple[str | None, float, str | None]:
+    """(artifact repo, its weight GiB, reason it is unavailable) for a method and target."""
+    if method == "ngram":
+        return None, 0.0, None
+    if method == "mtp":
+        if not model.mtp:
+            return None, 0.0, f"{model.repo} has no MTP layers"
+        return None, 0.0, None
+    if method == "eagle3":
+        if not model.eagle3:
+            return None, 0.0, f"no EAGLE-3 head in the catalog for {model.repo}"
+        size = catalog.artifact_gib(model.eagle3)
+        return model.eagle3, size or 0.0, None if size is not None else f"no size for {model.eagle3}"
+    # draft_model: the first catalog draft of the same tokenizer family.
+    for repo in model.draft_models:
+        draft = catalog.model(repo)
+        if draft and draft.family == model.family and draft.vocab_size == model.vocab_size:
+            return draft.repo, draft.weights_gib, None
+    return None, 0.0, f"no draft model with {model.repo}'s tokenizer in the catalog"
+
+
+def _refused(base: dict, reason: str) -> dict:
+    base["refused"] = True
+    base["reasons"].append(reason)
+    return base
+
+
+def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> dict:
+    device_class = facts.get("device_class", "unknown")
+    plan: dict[str, Any] = {
+        "host": host,
+        "device_class": device_class,
+        "l4t": facts.get("l4t"),
+        "model": model.repo,
+        "model_name": model.name,
+        "image": None,
+        "image_digest": None,
+        "vllm_version": None,
+        "speculative": None,
+        "gpu_memory_utilization": None,
+        "baseline_gpu_memory_utilization": None,
+        "args": [],
+        "baseline_args": [],
+        "needs_tiktoken": model.needs_tiktoken,
+        "gated": model.gated,
+        "memory": None,
+        "refused": False,
+        "reasons": [],
+        "notes": [],
+    }
+    if device_class not in DEVICE_CLASSES:
+        return _refused(plan, f"not a recognised Jetson (device tree model {facts.get('model')!r})")
+    if model.precision not in policy["specfleet_class_precisions"].get(device_class, []):
+        return _refused(
+            plan,
+            f"{model.repo} is {model.precision.upper()}, which {device_class} cannot run "
+            f"(supports {', '.join(policy['specfleet_class_precisions'].get(device_class, []))})",
+        )
+    image = select_image(catalog, device_class, facts["l4t"], facts.get("cuda"))
+    if image is None:
+        return _refused(
+            plan,
+            f"no vLLM image for {device_class} on L4T {facts['l4t']} (CUDA {facts.get('cuda')})",
+        )
+    plan["image"] = mirrored(image.ref, policy["specfleet_image_mirror"])
+    plan["image_digest"] = image.digest
+    plan["vllm_version"] = image.vllm_version
+    if image.digest is None:
+        plan["notes"].append(f"{image.ref} is a mutable tag with no pinned digest")
+
+    unit_gib = facts["memory_mb"] * GIB_PER_MIB
+    kv_gib = policy["specfleet_min_kv_cache_gib"]
+    baseline_util = policy["specfleet_gpu_memory_utilization"][device_class]
+    baseline_need = model.weights_gib + kv_gib
+    plan["memory"] = {
+        "unit_gib": round(unit_gib, 2),
+        "target_gib": model.weights_gib,
+        "min_kv_gib": kv_gib,
+        "headroom_gib": policy["specfleet_memory_headroom_gib"],
+        "speculator_gib": 0.0,
+    }
+    problem = _memory_check(f"{model.repo} (+{kv_gib:.2f} GiB KV)", baseline_need, baseline_util, unit_gib, policy)
+    if problem:
+        return _refused(plan, f"does not fit: {problem}")
+    plan["baseline_gpu_memory_utilization"] = baseline_util
+    plan["baseline_args"] = serve_args(model, policy, device_class, baseline_util, None)
+
+    spec_util = round(baseline_util - policy["specfleet_spec_memory_drop"], 2)
+    tokens = policy["specfleet_spec_tokens"][device_class]
+    denied = policy["specfleet_spec_methods_denied"].get(device_class, {})
+    for method in policy["specfleet_spec_methods"]:
+        label = METHOD_LABELS[method]
+        artifact, artifact_gib, unavailable = _speculator(method, model, catalog)
+        if method == "mtp" and unavailable:
+            continue  # MTP is a property of the model; lacking it is no downgrade
+        if method in denied:
+            plan["reasons"].append(f"{label} not allowed on {device_class}: {denied[method]}")
+            continue
+        if method not in image.methods:
+            plan["reasons"].append(f"{label} not supported by {image.ref}")
+            continue
+        if unavailable:
+            plan["reasons"].append(f"{label} skipped: {unavailable}")
+            continue
+        what = f"{model.repo} + {artifact or label} (+{kv_gib:.2f} GiB KV)"
+        problem = _memory_check(what, baseline_need + artifact_gib, spec_util, unit_gib, policy)
+        if problem:
+            plan["reasons"].append(f"{label} does not fit on {device_class}: {problem}")
+            continue
+        plan["speculative"] = speculative_config(method, artifact, tokens, policy)
+        plan["memory"]["speculator_gib"] = artifact_gib
+        plan["gpu_memory_utilization"] = spec_util
+        plan["args"] = serve_args(model, policy, device_class, spec_util, plan["speculative"])
+        return plan
+
+    plan["reasons"].append("no speculative method fits: serving the baseline only")
+    plan["gpu_memory_utilization"] = baseline_util
+    plan["args"] = plan["baseline_args"]
+    return plan
+
+
+def plan_fleet(
+    units: Mapping[str, Mapping], policies: Mapping[str, Mapping], catalog: Catalog
+) -> list[dict]:
+    """One plan per host; ``policies`` holds each host's resolved policy."""
+    plans = []
+    for host, facts in units.items():
+        policy = policies[host]
+        model = catalog.model(policy["specfleet_model"])
+        if model is None:  # resolve() rejects this; kept so a plan never raises
+            raise ValueError(f"{host}: unknown model {policy['specfleet_model']!r}")
+        plans.append(plan_unit(host, facts, model, policy, catalog))
+    return plans
+
+
+def expectation_mismatches(facts: Mapping, expected: Mapping | None) -> list[str]:
+    """What differs between a unit and the inventory's declared expectation of it.
+
+    A relabelled or reflashed unit would otherwise get another class's plan silently.
+    """
+    if not expected:
+        return []
+    return [
+        f"{key} is {facts.get(key)!r}, the inventory expects {expected[key]!r}"
+        for key in ("device_class", "l4t")
+        if key in expected and facts.get(key) != expected[key]
+    ]

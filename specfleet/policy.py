@@ -1,0 +1,244 @@
+"""Planning and gate policy: the documented `specfleet_*` variables, merged and validated.
+
+Defaults live in specfleet/data/policy.yml (with a comment per variable). A user
+overrides them per host through inventory variables or, for the CLI, a policy file.
+Validation collects every problem at once so one run shows the user all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from specfleet_unit.jetson_identity import DEVICE_CLASSES
+
+from specfleet.catalog import Catalog
+
+SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "mxfp4")
+MIN_SPEC_TOKENS, MAX_SPEC_TOKENS = 1, 16
+
+# Variables whose value is a map keyed by device class; an override merges into the
+# default map class by class instead of replacing it.
+PER_CLASS = (
+    "specfleet_spec_tokens",
+    "specfleet_gpu_memory_utilization",
+    "specfleet_max_model_len",
+    "specfleet_class_precisions",
+    "specfleet_spec_methods_denied",
+)
+
+
+class PolicyError(ValueError):
+    """One or more policy variables are invalid; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@cache
+def _defaults_text() -> str:
+    return resources.files("specfleet.data").joinpath("policy.yml").read_text()
+
+
+def defaults() -> dict[str, Any]:
+    return yaml.safe_load(_defaults_text())
+
+
+def variable_names() -> list[str]:
+    return list(defaults())
+
+
+def merge(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults with ``overrides`` applied; keys that are not policy variables are ignored
+    (inventories carry many other variables)."""
+    policy = defaults()
+    for name, value in (overrides or {}).items():
+        if name not in policy:
+            continue
+        if name in PER_CLASS and isinstance(value, Mapping) and isinstance(policy[name], dict):
+            policy[name] = {**policy[name], **value}
+        else:
+            policy[name] = value
+    return policy
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_fraction(problems: list[str], name: str, value: Any, *, low_open: bool) -> None:
+    if not _is_number(value):
+        problems.append(f"{name}: must be a number, got {value!r}")
+    elif not ((0 < value if low_open else 0 <= value) and value <= 1):
+        bounds = "0 < x <= 1" if low_open else "0 <= x <= 1"
+        problems.append(f"{name}: must be within {bounds}, got {value}")
+
+
+def _check_class_map(problems: list[str], name: str, value: Any) -> dict:
+    if not isinstance(value, Mapping):
+        problems.append(f"{name}: must be a map of device class -> value, got {value!r}")
+        return {}
+    for device_class in value:
+        if device_class not in DEVICE_CLASSES:
+            problems.append(
+                f"{name}: unknown device class {device_class!r} "
+                f"(known: {', '.join(DEVICE_CLASSES)})"
+            )
+    return dict(value)
+
+
+def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
+    """Every problem with a merged policy, each naming the variable."""
+    problems: list[str] = []
+
+    model = policy["specfleet_model"]
+    if not isinstance(model, str) or not model.strip():
+        problems.append(f"specfleet_model: must be a model name or repo id, got {model!r}")
+    elif catalog.model(model) is None:
+        problems.append(
+            f"specfleet_model: unknown model {model!r} "
+            f"(catalog: {', '.join(catalog.names())}, or their repo ids)"
+        )
+
+    methods = policy["specfleet_spec_methods"]
+    if not isinstance(methods, list) or not methods:
+        problems.append(f"specfleet_spec_methods: must be a non-empty list, got {methods!r}")
+    else:
+        for method in methods:
+            if method not in SPEC_METHODS:
+                problems.append(
+                    f"specfleet_spec_methods: unknown method {method!r} "
+                    f"(known: {', '.join(SPEC_METHODS)})"
+                )
+        if len(set(map(str, methods))) != len(methods):
+            problems.append(f"specfleet_spec_methods: lists a method twice: {methods!r}")
+
+    denied = _check_class_map(
+        problems, "specfleet_spec_methods_denied", policy["specfleet_spec_methods_denied"]
+    )
+    for device_class, entries in denied.items():
+        if not isinstance(entries, Mapping):
+            problems.append(
+                f"specfleet_spec_methods_denied.{device_class}: must map method -> reason"
+            )
+            continue
+        for method in entries:
+            if method not in SPEC_METHODS:
+                problems.append(
+                    f"specfleet_spec_methods_denied.{device_class}: unknown method {method!r}"
+                )
+
+    tokens = _check_class_map(problems, "specfleet_spec_tokens", policy["specfleet_spec_tokens"])
+    for device_class, count in tokens.items():
+        if not isinstance(count, int) or isinstance(count, bool):
+            problems.append(f"specfleet_spec_tokens.{device_class}: must be an integer, got {count!r}")
+        elif not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
+            problems.append(
+                f"specfleet_spec_tokens.{device_class}: must be {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, "
+                f"got {count}"
+            )
+
+    lookup_min = policy["specfleet_ngram_prompt_lookup_min"]
+    lookup_max = policy["specfleet_ngram_prompt_lookup_max"]
+    for name, value in (
+        ("specfleet_ngram_prompt_lookup_min", lookup_min),
+        ("specfleet_ngram_prompt_lookup_max", lookup_max),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            problems.append(f"{name}: must be a positive integer, got {value!r}")
+    if isinstance(lookup_min, int) and isinstance(lookup_max, int) and lookup_min > lookup_max:
+        problems.append(
+            "specfleet_ngram_prompt_lookup_min: must not exceed specfleet_ngram_prompt_lookup_max "
+            f"({lookup_min} > {lookup_max}); vLLM rejects it"
+        )
+
+    utilisation = _check_class_map(
+        problems, "specfleet_gpu_memory_utilization", policy["specfleet_gpu_memory_utilization"]
+    )
+    for device_class, value in utilisation.items():
+        _check_fraction(
+            problems, f"specfleet_gpu_memory_utilization.{device_class}", value, low_open=True
+        )
+    drop = policy["specfleet_spec_memory_drop"]
+    _check_fraction(problems, "specfleet_spec_memory_drop", drop, low_open=False)
+    if _is_number(drop):
+        for device_class, value in utilisation.items():
+            if _is_number(value) and value - drop <= 0:
+                problems.append(
+                    f"specfleet_spec_memory_drop: {drop} leaves no memory on {device_class} "
+                    f"(specfleet_gpu_memory_utilization.{device_class} is {value})"
+                )
+
+    for name in ("specfleet_min_kv_cache_gib", "specfleet_memory_headroom_gib"):
+        value = policy[name]
+        if not _is_number(value) or value < 0:
+            problems.append(f"{name}: must be a number >= 0, got {value!r}")
+
+    for device_class, value in _check_class_map(
+        problems, "specfleet_max_model_len", policy["specfleet_max_model_len"]
+    ).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 128:
+            problems.append(f"specfleet_max_model_len.{device_class}: must be an integer >= 128, got {value!r}")
+
+    seqs = policy["specfleet_max_num_seqs"]
+    if not isinstance(seqs, int) or isinstance(seqs, bool) or seqs < 8:
+        problems.append(
+            f"specfleet_max_num_seqs: must be an integer >= 8 (the benchmark runs concurrency 8), got {seqs!r}"
+        )
+
+    for device_class, precisions in _check_class_map(
+        problems, "specfleet_class_precisions", policy["specfleet_class_precisions"]
+    ).items():
+        if not isinstance(precisions, list) or not all(p in PRECISIONS for p in precisions):
+            problems.append(
+                f"specfleet_class_precisions.{device_class}: must be a list of {', '.join(PRECISIONS)}, "
+                f"got {precisions!r}"
+            )
+
+    port = policy["specfleet_port"]
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        problems.append(f"specfleet_port: must be a TCP port 1..65535, got {port!r}")
+    seed = policy["specfleet_seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        problems.append(f"specfleet_seed: must be an integer, got {seed!r}")
+
+    mirror = policy["specfleet_image_mirror"]
+    if mirror is not None and (
+        not isinstance(mirror, str) or not mirror or "/" in mirror or "://" in mirror
+    ):
+        problems.append(
+            f"specfleet_image_mirror: must be a registry host[:port] without scheme or path, got {mirror!r}"
+        )
+
+    gain = policy["specfleet_gate_min_throughput_gain"]
+    if not _is_number(gain) or not 0 <= gain <= 10:
+        problems.append(f"specfleet_gate_min_throughput_gain: must be a share 0..10 (0.30 = +30%), got {gain!r}")
+    tpot_drop = policy["specfleet_gate_min_tpot_drop"]
+    if not _is_number(tpot_drop) or not 0 <= tpot_drop < 1:
+        problems.append(f"specfleet_gate_min_tpot_drop: must be a share 0 <= x < 1 (0.20 = -20%), got {tpot_drop!r}")
+    floor = policy["specfleet_gate_disable_below"]
+    if not _is_number(floor) or not 0 <= floor <= 10:
+        problems.append(f"specfleet_gate_disable_below: must be a share 0..10, got {floor!r}")
+    elif _is_number(gain) and floor > gain:
+        problems.append(
+            f"specfleet_gate_disable_below: {floor} is above specfleet_gate_min_throughput_gain {gain}; "
+            "the gate could never keep speculation"
+        )
+    c8 = policy["specfleet_gate_max_c8_regression"]
+    if not _is_number(c8) or not 0 <= c8 < 1:
+        problems.append(f"specfleet_gate_max_c8_regression: must be a share 0 <= x < 1, got {c8!r}")
+    return problems
+
+
+def resolve(overrides: Mapping[str, Any] | None, catalog: Catalog) -> dict[str, Any]:
+    """Merged and validated policy; raises PolicyError listing every problem."""
+    policy = merge(overrides)
+    problems = validate(policy, catalog)
+    if problems:
+        raise PolicyError(problems)
+    return policy

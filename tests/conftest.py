@@ -1,0 +1,48 @@
+"""Shared test wiring."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import specfleet_unit.jetson_identity
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_UNITS = REPO / "tests" / "fixtures" / "units"
+
+# Modules import their shared code as ansible.module_utils.<name>, the way Ansible ships
+# it to the unit; in tests the same files are importable as specfleet_unit.<name>.
+sys.modules.setdefault("ansible.module_utils.jetson_identity", specfleet_unit.jetson_identity)
+
+
+def load_module(name: str):
+    """Import plugins/modules/<name>.py as a Python module."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "plugins" / "modules" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def unit_facts():
+    """Facts of a fixture unit, as `specfleet facts --root` prints them."""
+
+    def read(name: str) -> dict:
+        return specfleet_unit.jetson_identity.read_unit(
+            specfleet_unit.jetson_identity.paths_under(str(FIXTURE_UNITS / name))
+        )
+
+    return read
+
+
+@pytest.fixture
+def facts_file(tmp_path, unit_facts):
+    def write(name: str) -> str:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(unit_facts(name)))
+        return str(path)
+
+    return write
