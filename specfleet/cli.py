@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from specfleet_unit.jetson_identity import IdentityError, paths_under, read_unit
 
+from specfleet import cache as cache_module
 from specfleet import inventory as inventory_module
 from specfleet import policy as policy_module
 from specfleet import render
@@ -151,6 +152,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache_manifest(args: argparse.Namespace) -> int:
+    store = Path(args.store)
+    if not (store / args.subdir if args.subdir else store).is_dir():
+        print(f"specfleet cache manifest: {store / args.subdir}: not a directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    manifests = cache_module.write_manifests(store, args.subdir)
+    summary = [
+        {"name": m["name"], "id": m["id"], "files": len(m["files"]),
+         "bytes": sum(f["size"] for f in m["files"].values())}
+        for m in manifests
+    ]
+    _emit(summary, args.format, render.manifest_table(summary))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specfleet",
@@ -170,6 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--policy", metavar="FILE", help="YAML map of specfleet_* variables")
     plan.add_argument("--format", choices=("table", "json"), default="table")
     plan.set_defaults(func=cmd_plan)
+
+    cache = commands.add_parser("cache", help="controller-side stores (models, compile caches)")
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True)
+    manifest = cache_commands.add_parser("manifest", help="write STORE/manifests/<name>.json for each entry")
+    manifest.add_argument("store", help="store directory, e.g. files/hf-store")
+    manifest.add_argument("--subdir", default="hub", help="directory of entries below STORE (default hub)")
+    manifest.add_argument("--format", choices=("table", "json"), default="table")
+    manifest.set_defaults(func=cmd_cache_manifest)
 
     try:
         from specfleet.lab import cli as lab_cli

@@ -53,3 +53,12 @@ def plan_summary_lines(plans: Sequence[dict]) -> list[str]:
         lines.append(f"{plan['host']}: {plan['device_class']} L4T {plan.get('l4t') or '-'}: {serving}")
         lines.extend(f"    - {reason}" for reason in plan["reasons"])
     return lines
+
+
+def manifest_table(summary: Sequence[dict]) -> Table:
+    table = Table(title="store manifests written")
+    for column in ("name", "id", "files", "size"):
+        table.add_column(column)
+    for entry in summary:
+        table.add_row(entry["name"], entry["id"], str(entry["files"]), f"{entry['bytes'] / 2**30:.2f} GiB")
+    return table

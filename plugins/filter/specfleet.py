@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from specfleet import render
+from ansible.errors import AnsibleFilterError
+
+from specfleet import cache, daemon_json, render
 
 
 def specfleet_plan_summary(plans: list[dict]) -> list[str]:
@@ -12,6 +14,28 @@ def specfleet_plan_summary(plans: list[dict]) -> list[str]:
     return render.plan_summary_lines(plans)
 
 
+def specfleet_daemon_json(existing_text: str | None, path: str, **wanted) -> dict:
+    """daemon.json content with the nvidia runtime merged in (see specfleet.daemon_json)."""
+    try:
+        return daemon_json.merge(daemon_json.parse(existing_text, path), **wanted)
+    except daemon_json.DaemonJsonError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def specfleet_plan_repos(plan: dict) -> list[str]:
+    """Model repos a unit's plan needs in its HF cache: the target and its speculator."""
+    speculative = plan.get("speculative") or {}
+    repos = [plan["model"]] if plan.get("model") and not plan.get("refused") else []
+    if speculative.get("model"):
+        repos.append(speculative["model"])
+    return repos
+
+
 class FilterModule:
     def filters(self):
-        return {"specfleet_plan_summary": specfleet_plan_summary}
+        return {
+            "specfleet_plan_summary": specfleet_plan_summary,
+            "specfleet_daemon_json": specfleet_daemon_json,
+            "specfleet_plan_repos": specfleet_plan_repos,
+            "specfleet_hf_repo_dir": cache.hf_repo_dir,
+        }

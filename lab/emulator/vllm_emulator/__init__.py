@@ -1,0 +1,35 @@
+"""specfleet vLLM emulator: a labelled stand-in for CUDA vLLM, used by the specfleet lab.
+
+The lab has no GPU, so the serving container of each emulated Jetson unit runs this
+package instead of `vllm serve`. It honours the `vllm serve` flags the toolkit emits,
+serves the OpenAI API and `/metrics` with vLLM's names, logs vLLM's startup and
+SpecDecoding lines, fails the way vLLM fails, and paces tokens from a performance model
+calibrated to the seeds' published figures. It never pretends to be real: the first log
+line, the `server` header and `/specfleet/emulator` say what it is.
+"""
+
+from __future__ import annotations
+
+import os
+
+EMULATOR_NAME = "specfleet-vllm-emulator"
+EMULATOR_VERSION = "1.0.0"
+
+# The vLLM release whose behaviour (flags, messages, metric names) is emulated. The lab
+# may override it to emulate a different image tag; the API keeps vLLM's shape.
+DEFAULT_EMULATED_VLLM_VERSION = "0.20.2"
+
+
+def emulated_vllm_version() -> str:
+    """Version reported by `/version` (vLLM-shaped, no label: the label lives elsewhere)."""
+    return os.environ.get("SPECFLEET_EMULATOR_VLLM_VERSION", DEFAULT_EMULATED_VLLM_VERSION)
+
+
+def labelled_version() -> str:
+    """Version string used in logs, carrying the emulator label (e.g. `0.20.2-emulated`)."""
+    return f"{emulated_vllm_version()}-emulated"
+
+
+def server_header() -> str:
+    """Value of the HTTP `server` header: the explicit emulator label."""
+    return f"{EMULATOR_NAME}/{EMULATOR_VERSION} (vllm {emulated_vllm_version()} emulated)"

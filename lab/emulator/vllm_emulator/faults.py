@@ -1,0 +1,76 @@
+"""Fault switches for failures that cannot arise by themselves in the lab.
+
+Read once at process start from a JSON file (env `SPECFLEET_EMULATOR_FAULTS_FILE`,
+default `/run/specfleet-lab/faults.json`; absent means no faults):
+
+- `crash_after_requests: N`  the process exits hard after N completed requests
+- `never_ready: true`         the process runs but the port never listens
+- `hang_mid_stream_after_tokens: N`  the engine stalls for good once a request has
+  streamed N tokens (every open stream stops; /health still answers, as with a wedged GPU)
+- `startup_delay_s: S`        extra startup time (emulated seconds, scaled like the rest)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FAULTS_FILE = "/run/specfleet-lab/faults.json"
+
+
+@dataclass(frozen=True)
+class Faults:
+    crash_after_requests: int | None = None
+    never_ready: bool = False
+    hang_mid_stream_after_tokens: int | None = None
+    startup_delay_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def any(self) -> bool:
+        return self != Faults()
+
+
+def parse_faults(data: Any) -> Faults:
+    if data is None:
+        return Faults()
+    if not isinstance(data, dict):
+        raise ValueError("faults file must hold a JSON object")
+    unknown = set(data) - {"crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s"}
+    if unknown:
+        raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
+
+    def optional_count(key: str) -> int | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{key} must be a non-negative integer")
+        return value
+
+    delay = data.get("startup_delay_s", 0) or 0
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        raise ValueError("startup_delay_s must be a non-negative number")
+    return Faults(
+        crash_after_requests=optional_count("crash_after_requests"),
+        never_ready=bool(data.get("never_ready", False)),
+        hang_mid_stream_after_tokens=optional_count("hang_mid_stream_after_tokens"),
+        startup_delay_s=float(delay),
+    )
+
+
+def faults_file_path(env: Mapping[str, str]) -> Path:
+    return Path(env.get("SPECFLEET_EMULATOR_FAULTS_FILE", DEFAULT_FAULTS_FILE))
+
+
+def load_faults(env: Mapping[str, str]) -> Faults:
+    path = faults_file_path(env)
+    if not path.is_file():
+        return Faults()
+    text = path.read_text().strip()
+    return parse_faults(json.loads(text) if text else None)

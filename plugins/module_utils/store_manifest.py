@@ -1,0 +1,176 @@
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Manifests of file stores (HF hub repos, compile caches) and versioned, atomic switch-in.
+
+Unit-side and controller-side code, standard library only. A store is a directory tree;
+its manifest lists every regular file (size, sha256) and symlink (target). The manifest
+id, a hash of that listing, names the version. On a unit the live path is a symlink to
+``<versions>/<id>``, so switching versions is one atomic rename and a reader never sees
+a half-replaced store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+
+MANIFEST_VERSION = 1
+_CHUNK = 1024 * 1024
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def build_manifest(root: str, name: str) -> dict:
+    """List every file and symlink below ``root`` (relative paths, sorted)."""
+    files: dict[str, dict] = {}
+    symlinks: dict[str, str] = {}
+    for directory, subdirs, filenames in os.walk(root):
+        subdirs.sort()
+        for entry in sorted(subdirs + filenames):
+            path = os.path.join(directory, entry)
+            relative = os.path.relpath(path, root)
+            if os.path.islink(path):
+                symlinks[relative] = os.readlink(path)
+            elif os.path.isfile(path):
+                files[relative] = {"size": os.path.getsize(path), "sha256": sha256_file(path)}
+    manifest = {"version": MANIFEST_VERSION, "name": name, "files": files, "symlinks": symlinks}
+    manifest["id"] = manifest_id(manifest)
+    return manifest
+
+
+def manifest_id(manifest: dict) -> str:
+    listing = json.dumps(
+        {"files": manifest["files"], "symlinks": manifest["symlinks"]}, sort_keys=True
+    )
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+
+def total_bytes(manifest: dict) -> int:
+    return sum(entry["size"] for entry in manifest["files"].values())
+
+
+def verify_tree(root: str, manifest: dict, full: bool) -> list[str]:
+    """Problems with ``root`` against ``manifest``; empty when it matches.
+
+    ``full`` re-hashes every file (what catches a corrupted byte); otherwise sizes only.
+    """
+    problems = []
+    for relative, entry in manifest["files"].items():
+        path = os.path.join(root, relative)
+        if os.path.islink(path) or not os.path.isfile(path):
+            problems.append(f"{relative}: missing")
+        elif os.path.getsize(path) != entry["size"]:
+            problems.append(f"{relative}: size {os.path.getsize(path)}, expected {entry['size']}")
+        elif full and sha256_file(path) != entry["sha256"]:
+            problems.append(f"{relative}: sha256 mismatch")
+    for relative, target in manifest["symlinks"].items():
+        path = os.path.join(root, relative)
+        if not os.path.islink(path) or os.readlink(path) != target:
+            problems.append(f"{relative}: symlink to {target!r} missing")
+    return problems
+
+
+def bytes_to_fetch(manifest: dict, have_root: str | None) -> int:
+    """Bytes a copy must transfer when files of equal size and path at ``have_root`` are
+    hard-linked instead (rsync --link-dest)."""
+    needed = 0
+    for relative, entry in manifest["files"].items():
+        have = os.path.join(have_root, relative) if have_root else None
+        if not (have and os.path.isfile(have) and os.path.getsize(have) == entry["size"]):
+            needed += entry["size"]
+    return needed
+
+
+class StoreLayout:
+    """Where one store lives on a unit.
+
+    ``<root>/<subdir>/<name>`` is the live path (a relative symlink, so it resolves inside a
+    container that mounts ``<root>`` anywhere); versions sit in ``<root>/.specfleet/versions``
+    and copies arrive in ``<root>/.specfleet/incoming`` on the same filesystem, so moving a
+    finished copy into place is a rename.
+    """
+
+    def __init__(self, root: str, subdir: str, name: str):
+        self.root = root
+        self.name = name
+        self.live = os.path.join(root, subdir, name) if subdir else os.path.join(root, name)
+        self.versions = os.path.join(root, ".specfleet", "versions", name)
+        self.incoming = os.path.join(root, ".specfleet", "incoming", name)
+
+    def version_dir(self, ident: str) -> str:
+        return os.path.join(self.versions, ident)
+
+    def staging_dir(self, ident: str) -> str:
+        return os.path.join(self.incoming, ident)
+
+    def current_id(self) -> str | None:
+        if not os.path.islink(self.live):
+            return None
+        target = os.path.realpath(self.live)
+        if os.path.dirname(target) != os.path.realpath(self.versions) or not os.path.isdir(target):
+            return None
+        return os.path.basename(target)
+
+    def unmanaged(self) -> bool:
+        """A real directory (not our symlink) sits at the live path."""
+        return os.path.isdir(self.live) and not os.path.islink(self.live)
+
+
+def free_bytes(path: str) -> int:
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def switch_to(layout: StoreLayout, ident: str) -> None:
+    """Make ``versions/<ident>`` live with one atomic rename of a symlink, then drop the
+    versions nobody points at any more."""
+    parent = os.path.dirname(layout.live)
+    os.makedirs(parent, exist_ok=True)
+    if layout.unmanaged():
+        # A cache laid down by hand: keep it beside our versions rather than delete it.
+        os.rename(layout.live, os.path.join(layout.versions, f"unmanaged-{int(time.time())}"))
+    target = os.path.relpath(layout.version_dir(ident), parent)
+    temporary = f"{layout.live}.specfleet-new"
+    if os.path.lexists(temporary):
+        os.unlink(temporary)
+    os.symlink(target, temporary)
+    os.replace(temporary, layout.live)
+    for other in os.listdir(layout.versions):
+        if other != ident and not other.startswith("unmanaged-"):
+            shutil.rmtree(os.path.join(layout.versions, other), ignore_errors=True)
+
+
+def promote(layout: StoreLayout, manifest: dict) -> list[str]:
+    """Verify the finished copy in staging and switch it in. Returns problems; on any,
+    the live store is untouched and the bad files are removed from staging so the next
+    copy fetches them again."""
+    ident = manifest["id"]
+    staging = layout.staging_dir(ident)
+    if not os.path.isdir(staging):
+        return [f"{staging}: no copy to switch in"]
+    problems = verify_tree(staging, manifest, full=True)
+    if problems:
+        for problem in problems:
+            relative = problem.split(":", 1)[0]
+            path = os.path.join(staging, relative)
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+        return problems
+    os.makedirs(layout.versions, exist_ok=True)
+    destination = layout.version_dir(ident)
+    if os.path.isdir(destination):
+        shutil.rmtree(destination)
+    os.rename(staging, destination)
+    switch_to(layout, ident)
+    return []

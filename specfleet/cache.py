@@ -1,0 +1,40 @@
+"""Controller-side stores: Hugging Face hub repos and compile caches, with manifests.
+
+A store directory looks like ``STORE/<subdir>/<name>/...``; ``specfleet cache manifest``
+writes ``STORE/manifests/<name>.json`` for each, which the roles ship to units to verify
+copies before switching them in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specfleet_unit.store_manifest import build_manifest
+
+MANIFESTS = "manifests"
+
+
+def hf_repo_dir(repo_id: str) -> str:
+    """Hugging Face hub cache directory name of a model repo: models--org--name."""
+    return "models--" + repo_id.replace("/", "--")
+
+
+def store_entries(store: Path, subdir: str) -> list[Path]:
+    base = store / subdir if subdir else store
+    return sorted(path for path in base.iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
+def write_manifests(store: Path, subdir: str) -> list[dict]:
+    """Write (or rewrite) the manifest of every entry; returns them."""
+    out_dir = store / MANIFESTS
+    out_dir.mkdir(exist_ok=True)
+    manifests = []
+    for entry in store_entries(store, subdir):
+        manifest = build_manifest(str(entry), entry.name)
+        target = out_dir / f"{entry.name}.json"
+        temporary = target.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        temporary.replace(target)
+        manifests.append(manifest)
+    return manifests

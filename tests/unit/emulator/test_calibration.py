@@ -1,0 +1,174 @@
+"""Calibration: the performance model reproduces the seeds' published figures (+-10 %).
+
+| figure (seed)                                             | target |
+|-----------------------------------------------------------|--------|
+| Thor Llama-3.1-8B FP16, single stream (003)               | 10.7   |
+| Thor Llama-3.1-8B FP8 (003)                               | 14.2   |
+| Thor Llama-3.1-8B FP4 (003)                               | 19.1   |
+| Thor FP4 + EAGLE-3 k=5, long structured output (003)      | 25.6   |
+| Thor FP4 + EAGLE-3 k=5, short chat answer (003, "short")  | 14.3   |
+| EAGLE-3 k=3 speedup, code edit (002)                      | 1.84x  |
+| EAGLE-3 k=3 speedup, chat (002)                           | 0.99x  |
+| EAGLE-3 k=3 per-position, code edit (002)                 | 0.50/0.40/0.33 |
+| EAGLE-3 k=3 per-position, chat (002)                      | 0.16/0.02/0.01 |
+| ngram k=5 on chat (002)                                   | 0.85x  |
+
+Seed 002 was measured on an A30; its ratios are applied here as workload/method
+properties on Thor with the 16-bit Llama-3.1-8B (same model family and size).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EAGLE3, TARGET, TARGET_FP4, TARGET_FP8, THOR_GPU, stand_in_configs
+from vllm_emulator.gpu import parse_gpu_spec
+from vllm_emulator.hub import ModelInfo, parse_model_info
+from vllm_emulator.perfmodel import (
+    acceptance_rates,
+    build_engine_perf,
+    detect_workload,
+    expected_decode_throughput,
+)
+from vllm_emulator.specconfig import validate_speculative_config
+
+CONFIGS = stand_in_configs()
+THOR = parse_gpu_spec(THOR_GPU)
+SHORT_CONTEXT = 300  # short prompt, a few hundred tokens generated
+LONG_CONTEXT = 600  # seed 002: ~600-700 generated tokens
+
+
+def model(name: str) -> ModelInfo:
+    return parse_model_info(name, Path("/m") / name, CONFIGS[name])
+
+
+def perf(target: str, spec: dict[str, Any] | None = None) -> Any:
+    resolved = None
+    if spec is not None:
+        resolved = validate_speculative_config(spec, model(target), 1, model)
+    return build_engine_perf(THOR, model(target), resolved)
+
+
+def tps(
+    target: str,
+    spec: dict[str, Any] | None = None,
+    workload: str = "chat",
+    context: int = SHORT_CONTEXT,
+    concurrency: int = 1,
+) -> float:
+    estimate = expected_decode_throughput(perf(target, spec), workload, context, concurrency)
+    return estimate.tokens_per_second * concurrency
+
+
+def eagle3(k: int) -> dict[str, Any]:
+    return {"method": "eagle3", "model": EAGLE3, "num_speculative_tokens": k}
+
+
+NGRAM5 = {"method": "ngram", "num_speculative_tokens": 5}
+
+
+def emulator_figures() -> list[tuple[str, float, float]]:
+    """(figure, seed target, emulator value) for the whole calibration table."""
+    fp16_long = tps(TARGET, context=LONG_CONTEXT)
+    return [
+        ("Thor 8B FP16 tok/s", 10.7, tps(TARGET)),
+        ("Thor 8B FP8 tok/s", 14.2, tps(TARGET_FP8)),
+        ("Thor 8B FP4 tok/s", 19.1, tps(TARGET_FP4)),
+        ("Thor FP4+EAGLE-3 k=5 long tok/s", 25.6, tps(TARGET_FP4, eagle3(5), "structured", LONG_CONTEXT)),
+        ("Thor FP4+EAGLE-3 k=5 short chat tok/s", 14.3, tps(TARGET_FP4, eagle3(5))),
+        ("EAGLE-3 k=3 speedup code edit", 1.84, tps(TARGET, eagle3(3), "code_edit", LONG_CONTEXT) / fp16_long),
+        ("EAGLE-3 k=3 speedup chat", 0.99, tps(TARGET, eagle3(3), "chat", LONG_CONTEXT) / fp16_long),
+        ("ngram k=5 speedup chat", 0.85, tps(TARGET, NGRAM5, "chat", LONG_CONTEXT) / fp16_long),
+    ]
+
+
+@pytest.mark.parametrize("figure,target,value", emulator_figures())
+def test_calibration_table(figure: str, target: float, value: float) -> None:
+    assert value == pytest.approx(target, rel=0.10), f"{figure}: {value:.3f} vs {target}"
+
+
+@pytest.mark.parametrize("workload,expected", [("code_edit", (0.50, 0.40, 0.33)), ("chat", (0.16, 0.02, 0.01))])
+def test_per_position_acceptance(workload: str, expected: tuple[float, ...]) -> None:
+    rates = acceptance_rates("eagle3", workload, 3)
+    assert rates == pytest.approx(list(expected), rel=0.10)
+
+
+def test_seed_workloads_are_detected() -> None:
+    refactor = "Add docstrings and type annotations to this class and return the full updated class:\n" + "\n".join(
+        [
+            "class Store:",
+            "    def __init__(self, path):",
+            "        self.path = path",
+            "    def load(self):",
+            "        with open(self.path) as f:",
+            "            return f.read()",
+        ]
+    )
+    assert detect_workload(refactor) == "code_edit"
+    assert detect_workload("Explain the concept of entropy in at least 800 words.") == "chat"
+    assert (
+        detect_workload(
+            "Write a 5-sentence paragraph explaining the main benefit of using "
+            "Jetson Thor for an autonomous robotics developer."
+        )
+        == "chat"
+    )
+    assert detect_workload("Write a step-by-step checklist for deploying a model.") == "structured"
+
+
+def test_ngram_is_a_slight_regression_on_code_edits() -> None:
+    ratio = tps(TARGET, NGRAM5, "code_edit", LONG_CONTEXT) / tps(TARGET, context=LONG_CONTEXT)
+    assert 0.85 <= ratio <= 1.02
+
+
+def test_speculation_gains_shrink_at_concurrency_8() -> None:
+    for workload in ("code_edit", "structured", "chat"):
+        for spec in (eagle3(5), NGRAM5):
+            gain_1 = tps(TARGET_FP4, spec, workload) / tps(TARGET_FP4)
+            gain_8 = tps(TARGET_FP4, spec, workload, concurrency=8) / tps(TARGET_FP4, concurrency=8)
+            assert gain_8 < gain_1, (workload, spec["method"], gain_1, gain_8)
+    assert tps(TARGET_FP4, concurrency=8) > 6 * tps(TARGET_FP4)  # batching amortises weights
+
+
+def test_model_is_bandwidth_bound() -> None:
+    # seed 003: "59% less data = 78% faster": FP4 over FP16 lands close to that.
+    assert tps(TARGET_FP4) / tps(TARGET) == pytest.approx(1.78, rel=0.08)
+
+
+def _stream_rate(server: Any, prompt: str, max_tokens: int) -> tuple[float, int]:
+    """Emulated decode tok/s from client timings: (n-1)/(last - first chunk) x scale."""
+    events = server.stream(
+        "/v1/completions",
+        {
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        },
+        timeout=60,
+    )
+    chunks = [(t, e) for t, e in events if isinstance(e, dict) and e["choices"]]
+    tokens = events[-2][1]["usage"]["completion_tokens"]
+    wall = chunks[-1][0] - chunks[0][0]
+    first_chunk_tokens = 1
+    return (tokens - first_chunk_tokens) / wall, tokens
+
+
+def test_end_to_end_through_http(launch: Any, lab_env: dict[str, str]) -> None:
+    scale = float(lab_env["SPECFLEET_EMULATOR_TIME_SCALE"])
+    prompt = "Write a numbered list of the steps to deploy vLLM on a fleet of Jetson units."
+    baseline = launch(TARGET_FP4, ["--max-model-len", "4096"])
+    rate, tokens = _stream_rate(baseline, prompt, 400)
+    assert tokens == 400
+    assert rate * scale == pytest.approx(19.1, rel=0.10)
+
+    speculative = launch(TARGET_FP4, ["--max-model-len", "4096", "--speculative-config", json.dumps(eagle3(5))])
+    rate, tokens = _stream_rate(speculative, prompt, 1200)
+    assert tokens == 1200
+    assert rate * scale == pytest.approx(25.6, rel=0.10)
+    info = json.loads(speculative.get("/specfleet/emulator")[2])
+    assert info["time_scale"] == scale

@@ -1,0 +1,75 @@
+"""Fault switches: crash after N requests, never ready, hang mid-stream, startup delay."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TARGET, port_listening, read_sse
+from vllm_emulator.faults import Faults, parse_faults
+
+ARGS = ["--max-model-len", "2048", "--enforce-eager"]
+
+
+def write_faults(env: dict[str, str], faults: dict[str, Any]) -> None:
+    Path(env["SPECFLEET_EMULATOR_FAULTS_FILE"]).write_text(json.dumps(faults))
+
+
+def test_parse_faults() -> None:
+    assert parse_faults(None) == Faults()
+    assert parse_faults({"crash_after_requests": 3}).crash_after_requests == 3
+    with pytest.raises(ValueError):
+        parse_faults({"crash_after": 3})
+    with pytest.raises(ValueError):
+        parse_faults({"hang_mid_stream_after_tokens": -1})
+
+
+def test_crash_after_requests(launch: Any, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"crash_after_requests": 2})
+    server = launch(TARGET, ARGS)
+    for _ in range(2):
+        status, body = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 5, "temperature": 0})
+        assert status == 200 and body["usage"]["completion_tokens"] == 5
+    assert server.wait_exit(10) == 1
+    assert not port_listening(server.port)
+    assert "crash_after_requests=2" in server.output
+
+
+def test_never_ready(launch: Any, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"never_ready": True})
+    server = launch(TARGET, ARGS, ready=False)
+    time.sleep(1.0)  # several times a normal (eager) start at this time scale
+    assert server.proc.poll() is None
+    assert not port_listening(server.port)
+    assert "Application startup complete." not in server.output
+    assert "GPU KV cache size" in server.output
+
+
+def test_hang_mid_stream(launch: Any, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"hang_mid_stream_after_tokens": 5})
+    server = launch(TARGET, ARGS)
+    conn = server.connection(timeout=1.0)
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps({"prompt": "hello", "max_tokens": 50, "temperature": 0, "stream": True}),
+        headers={"content-type": "application/json"},
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    with pytest.raises((socket.timeout, TimeoutError)):
+        read_sse(response)
+    conn.close()
+    assert server.get("/health")[0] == 200
+    metrics = server.metrics()
+    assert 'vllm:generation_tokens_total{engine="0",model_name="' + TARGET + '"} 5.0' in metrics
+
+
+def test_startup_delay(launch: Any, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"startup_delay_s": 100})  # 1 s at the 0.01 time scale
+    server = launch(TARGET, ARGS, ready=False)
+    assert server.wait_ready() >= 1.0
