@@ -76,10 +76,17 @@ current_id: {description: Live version id, or null., returned: always, type: str
 wanted_id: {description: The manifest's version id., returned: always, type: str}
 live_path: {description: The live symlink., returned: always, type: str}
 staging_dir: {description: Where a copy of this version must arrive., returned: always, type: str}
-link_dest: {description: Live version directory to hard-link unchanged files from, or null., returned: always, type: str}
+link_dest:
+  description: Live version directory to hard-link unchanged files from, or null.
+  returned: always
+  type: str
 free_bytes: {description: Free bytes on the store's filesystem., returned: always, type: int}
 needed_bytes: {description: Bytes a copy must still transfer (0 when up to date)., returned: always, type: int}
-problems: {description: Files that did not match the manifest., returned: when not up to date or on failure, type: list, elements: str}
+problems:
+  description: Files that did not match the manifest.
+  returned: when not up to date or on failure
+  type: list
+  elements: str
 """
 
 import os
