@@ -20,6 +20,7 @@ from specfleet import cache as cache_module
 from specfleet import inventory as inventory_module
 from specfleet import policy as policy_module
 from specfleet import render
+from specfleet import report as report_module
 from specfleet.catalog import load_catalog
 from specfleet.plan import plan_fleet
 
@@ -167,6 +168,24 @@ def cmd_cache_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    runs_dir = Path(args.runs_dir)
+    run_dir = runs_dir / args.run if args.run else report_module.latest_run(runs_dir)
+    if run_dir is None or not (run_dir / "units").is_dir():
+        wanted = f"named {args.run}" if args.run else "at all"
+        print(f"specfleet report: no run {wanted} in {runs_dir}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    written = report_module.write_report(run_dir)
+    name = {"json": "report.json", "md": "report.md", "html": "report.html"}[args.format]
+    if args.format == "html":
+        print(run_dir / name)
+    else:
+        sys.stdout.write((run_dir / name).read_text())
+    if args.format == "md":
+        print("\n".join(written["summary_lines"]), file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specfleet",
@@ -194,6 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--subdir", default="hub", help="directory of entries below STORE (default hub)")
     manifest.add_argument("--format", choices=("table", "json"), default="table")
     manifest.set_defaults(func=cmd_cache_manifest)
+
+    report = commands.add_parser("report", help="write and show a rollout run's report")
+    which = report.add_mutually_exclusive_group()
+    which.add_argument("--run", help="run id (a folder under --runs-dir)")
+    which.add_argument("--latest", action="store_true", help="the newest run (default)")
+    report.add_argument("--runs-dir", default="runs", help="folder of runs (default runs/)")
+    report.add_argument("--format", choices=("json", "md", "html"), default="md",
+                        help="print JSON or Markdown, or the path of the HTML page")
+    report.set_defaults(func=cmd_report)
 
     try:
         from specfleet.lab import cli as lab_cli

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
-import specfleet_unit.jetson_identity
+
+from specfleet_unit import jetson_identity
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_UNITS = REPO / "tests" / "fixtures" / "units"
 
 # Modules import their shared code as ansible.module_utils.<name>, the way Ansible ships
 # it to the unit; in tests the same files are importable as specfleet_unit.<name>.
-sys.modules.setdefault("ansible.module_utils.jetson_identity", specfleet_unit.jetson_identity)
+for _name in ("jetson_identity", "store_manifest", "vllm_logs", "spec_bench_client", "spec_bench_prompts"):
+    sys.modules.setdefault(f"ansible.module_utils.{_name}", importlib.import_module(f"specfleet_unit.{_name}"))
 
 
 def load_module(name: str):
@@ -31,8 +34,8 @@ def unit_facts():
     """Facts of a fixture unit, as `specfleet facts --root` prints them."""
 
     def read(name: str) -> dict:
-        return specfleet_unit.jetson_identity.read_unit(
-            specfleet_unit.jetson_identity.paths_under(str(FIXTURE_UNITS / name))
+        return jetson_identity.read_unit(
+            jetson_identity.paths_under(str(FIXTURE_UNITS / name))
         )
 
     return read

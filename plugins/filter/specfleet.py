@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from specfleet import cache, daemon_json, render
+from specfleet import cache, daemon_json, release, render
 
 
 def specfleet_plan_summary(plans: list[dict]) -> list[str]:
@@ -38,4 +38,10 @@ class FilterModule:
             "specfleet_daemon_json": specfleet_daemon_json,
             "specfleet_plan_repos": specfleet_plan_repos,
             "specfleet_hf_repo_dir": cache.hf_repo_dir,
+            "specfleet_serving_spec": release.serving_spec,
+            "specfleet_release_parse": release.parse,
+            "specfleet_release_serving": release.serving,
+            "specfleet_release_known_good": release.known_good,
+            "specfleet_release_decided": release.decided,
+            "specfleet_release_previous_decision": release.previous_decision,
         }

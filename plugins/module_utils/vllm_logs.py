@@ -1,0 +1,97 @@
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Read a vLLM server's log: why it failed to start, and what it resolved at start.
+
+Unit-side, standard library only. The patterns are vLLM's and huggingface_hub's own
+messages (reference/serving-facts.md §1, §4; reference/jetson-facts.md §3-4). vLLM prints
+the decisive error inside the engine process and then wraps it ("Engine core initialization
+failed"), so the whole log is searched, not only its last line.
+"""
+
+from __future__ import annotations
+
+import re
+
+# (failure class, patterns). Order matters: the first class with a match wins, so the
+# specific causes come before the generic ones that often follow them in the same log.
+FAILURE_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tiktoken_missing", (
+        r"HarmonyError: error downloading or loading vocab file",
+    )),
+    ("gated_repo", (
+        r"GatedRepoError",
+        r"Cannot access gated repo",
+        r"You are trying to access a gated repo",
+    )),
+    ("model_missing_offline", (
+        r"LocalEntryNotFoundError",
+        r"Cannot find the requested files in the local cache",
+        r"We couldn't connect to 'https://huggingface\.co'",
+        r"Invalid repository ID or local directory specified",
+        r"is not a local folder and is not a valid model identifier",
+    )),
+    ("spec_config_rejected", (
+        r"validation errors? for SpeculativeConfig",
+        r"is not a valid argument in the speculative_config",
+        r"num_speculative_tokens was provided but without speculative model",
+        r"prompt_lookup_min=\d+ must be <= prompt_lookup_max",
+        r"Target and draft model should have the same vocabulary size",
+        r"Arctic Inference is required for suffix decoding",
+        r"--speculative-config: Value .* cannot be converted",
+    )),
+    ("oom_at_start", (
+        r"Free memory on device .* on startup is less than desired GPU memory utilization",
+        r"OutOfMemoryError",
+        r"CUDA out of memory",
+        r"No available memory for the cache blocks",
+        r"larger than the available KV cache memory",
+    )),
+    ("nvml_runtime_error", (
+        r"Failed to infer device type",
+        r"NVML",
+        r"No CUDA GPUs are available",
+        r"failed to create NVIDIA Container Runtime",
+        r"unknown or invalid runtime name",
+        r"could not select device driver",
+        r"no kernel image is available for execution on the device",
+    )),
+    ("bad_arguments", (
+        r"vllm serve: error:",
+        r"unrecognized arguments",
+    )),
+)
+
+_COMPILED = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in FAILURE_PATTERNS)
+
+_SPEC_CONFIG_RE = re.compile(
+    r"speculative_config=SpeculativeConfig\(method='(?P<method>[^']+)',\s*model=(?P<model>'[^']*'|None),"
+    r"\s*num_spec_tokens=(?P<tokens>\d+)\)"
+)
+READY_LINE = "Application startup complete."
+
+
+def classify(log: str) -> tuple[str | None, list[str]]:
+    """(failure class, decisive lines) from a server log; (None, []) when nothing matched."""
+    lines = log.splitlines()
+    for name, patterns in _COMPILED:
+        decisive = [line.strip() for line in lines if any(p.search(line) for p in patterns)]
+        if decisive:
+            return name, decisive[:5]
+    return None, []
+
+
+def resolved_spec_config(log: str) -> dict | None:
+    """The speculative config vLLM resolved, from its engine config line, or None."""
+    match = _SPEC_CONFIG_RE.search(log)
+    if not match:
+        return None
+    model = match.group("model")
+    return {
+        "method": match.group("method"),
+        "model": None if model == "None" else model.strip("'"),
+        "num_speculative_tokens": int(match.group("tokens")),
+    }
+
+
+def last_lines(log: str, count: int = 20) -> list[str]:
+    return [line for line in log.splitlines() if line.strip()][-count:]

@@ -1,0 +1,348 @@
+#!/usr/bin/python
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_container
+short_description: Run the unit's vLLM serving container as a plan says, and wait until it serves
+description:
+  - Makes the serving container match the given image, C(vllm serve) arguments, environment
+    and mounts, with the Jetson runtime settings (runtime nvidia, host IPC and network,
+    shared memory and ulimits as NVIDIA's Jetson vLLM recipes set them).
+  - Idempotent by a configuration hash kept in a container label; the same configuration
+    never restarts a running container. Secret environment values are part of the hash
+    only as their sha256 and never appear in the result or the label.
+  - After a (re)start it waits for C(/health) and C(/v1/models) until O(ready_timeout), and
+    when the server does not come up it classifies why from the exit state and the log
+    (rejected speculative config, out of memory at start, model missing offline, gated repo,
+    tiktoken files missing, NVML/runtime error, bad arguments, never ready) and stops it.
+  - Returns the speculative configuration the server resolved, read from its startup log.
+version_added: "0.1.0"
+author: specfleet contributors
+requirements:
+  - Docker SDK for Python (python3-docker) on the unit
+options:
+  name:
+    description: Container name.
+    type: str
+    default: specfleet-vllm
+  image:
+    description: Image reference.
+    type: str
+  args:
+    description: The serving command, C(vllm serve MODEL ...) as the plan gives it.
+    type: list
+    elements: str
+  env:
+    description: Environment for the server.
+    type: dict
+    default: {}
+  secret_env:
+    description: Environment holding secrets (HF_TOKEN, VLLM_API_KEY); never logged or returned.
+    type: dict
+    default: {}
+  mounts:
+    description: Bind mounts, C(host:container[:ro]).
+    type: list
+    elements: str
+    default: []
+  port:
+    description: Port the server listens on (network mode host), for the readiness probe.
+    type: int
+    default: 8000
+  runtime:
+    description: Docker runtime.
+    type: str
+    default: nvidia
+  shm_size:
+    description: Shared memory size.
+    type: str
+    default: 16g
+  ulimits:
+    description: Ulimits, name to C(soft:hard) (-1 is unlimited).
+    type: dict
+    default: {memlock: "-1:-1", stack: "67108864:67108864"}
+  labels:
+    description: Extra container labels.
+    type: dict
+    default: {}
+  state:
+    description: C(started) runs it and waits until it serves; C(absent) removes it.
+    type: str
+    choices: [started, absent]
+    default: started
+  ready_timeout:
+    description: Seconds to wait for the server to answer.
+    type: int
+    default: 900
+  docker_host:
+    description: Docker Engine API address.
+    type: str
+    default: unix:///var/run/docker.sock
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the container would be (re)created; changes nothing.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - The container runs C(args[0]) as its entrypoint, so the same arguments work for images
+    with and without a C(vllm) entrypoint.
+"""
+
+EXAMPLES = r"""
+- name: Serve the plan's speculative configuration
+  vllm_container:
+    image: "{{ specfleet_plan.image }}"
+    args: "{{ specfleet_plan.args }}"
+    env: "{{ specfleet_hf_cache_env }}"
+    secret_env:
+      HF_TOKEN: "{{ vault_hf_token }}"
+    mounts:
+      - "{{ specfleet_hf_cache_mount }}"
+  register: serving
+"""
+
+RETURN = r"""
+action: {description: What was done (none, created, recreated, removed)., returned: always, type: str}
+config_hash: {description: Hash of the requested configuration (container label)., returned: always, type: str}
+container_id: {description: Container id., returned: when a container exists, type: str}
+ready: {description: The server answered /health and /v1/models., returned: always, type: bool}
+failure_class:
+  description: Why the server did not come up, or null.
+  returned: always
+  type: str
+  sample: spec_config_rejected
+decisive_lines: {description: Log lines that decided the class., returned: always, type: list, elements: str}
+log_tail: {description: Last lines of the server log on failure., returned: on failure, type: list, elements: str}
+resolved_speculative_config:
+  description: The speculative config vLLM resolved at start (method, model, num_speculative_tokens), or null.
+  returned: always
+  type: dict
+startup_seconds: {description: Seconds from start to serving., returned: when started now, type: float}
+"""
+
+import hashlib
+import http.client
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.vllm_logs import classify, last_lines, resolved_spec_config
+
+try:
+    import docker
+    from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+    from docker.types import Ulimit
+except ImportError:  # reported by main() with a clear message
+    docker = None
+
+HASH_LABEL = "org.specfleet.config-hash"
+POLL_SECONDS = 1.0
+
+
+def desired_config(params: dict) -> dict:
+    """Everything that defines the serving; secrets enter only as their sha256."""
+    return {
+        "image": params["image"],
+        "args": list(params["args"]),
+        "env": dict(sorted(params["env"].items())),
+        "secret_env": {
+            key: hashlib.sha256(str(value).encode()).hexdigest()
+            for key, value in sorted(params["secret_env"].items())
+        },
+        "mounts": list(params["mounts"]),
+        "port": params["port"],
+        "runtime": params["runtime"],
+        "shm_size": params["shm_size"],
+        "ulimits": dict(sorted(params["ulimits"].items())),
+        "labels": dict(sorted(params["labels"].items())),
+    }
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def parse_mount(spec: str) -> dict:
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not parts[0].startswith("/") or not parts[1].startswith("/"):
+        raise ValueError(f"mount {spec!r} must be /host/path:/container/path[:ro]")
+    return {parts[0]: {"bind": parts[1], "mode": parts[2] if len(parts) == 3 else "rw"}}
+
+
+def parse_ulimits(limits: dict) -> list:
+    result = []
+    for name, value in limits.items():
+        soft, _, hard = str(value).partition(":")
+        result.append(Ulimit(name=name, soft=int(soft), hard=int(hard or soft)))
+    return result
+
+
+def probe(port: int, path: str, timeout: float = 3.0) -> tuple[int, bytes]:
+    """(HTTP status, body) of GET path on the local server; (0, b"") when nothing answers."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException):
+        return 0, b""
+    finally:
+        connection.close()
+
+
+def serves(port: int) -> bool:
+    status, _ = probe(port, "/health")
+    if status != 200:
+        return False
+    status, body = probe(port, "/v1/models")
+    try:
+        return status == 200 and bool(json.loads(body).get("data"))
+    except ValueError:
+        return False
+
+
+def container_log(container) -> str:
+    try:
+        return container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+    except (APIError, NotFound):
+        return ""
+
+
+def wait_until_serving(container, port: int, deadline: float) -> tuple[bool, str | None, str]:
+    """(ready, failure class, log). Stops waiting as soon as the container exits."""
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.status in ("exited", "dead"):
+            log = container_log(container)
+            failure, _ = classify(log)
+            return False, failure or "crashed", log
+        if serves(port):
+            return True, None, container_log(container)
+        time.sleep(POLL_SECONDS)
+    log = container_log(container)
+    failure, _ = classify(log)
+    return False, failure or "never_ready", log
+
+
+def find(client, name: str):
+    try:
+        return client.containers.get(name)
+    except NotFound:
+        return None
+
+
+def start(client, params: dict, wanted_hash: str):
+    volumes: dict = {}
+    for spec in params["mounts"]:
+        volumes.update(parse_mount(spec))
+    args = params["args"]
+    return client.containers.run(
+        params["image"],
+        entrypoint=[args[0]],
+        command=args[1:],
+        name=params["name"],
+        detach=True,
+        environment={**params["env"], **params["secret_env"]},
+        volumes=volumes,
+        runtime=params["runtime"],
+        ipc_mode="host",
+        network_mode="host",
+        shm_size=params["shm_size"],
+        ulimits=parse_ulimits(params["ulimits"]),
+        labels={**params["labels"], HASH_LABEL: wanted_hash},
+    )
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "default": "specfleet-vllm"},
+            "image": {"type": "str"},
+            "args": {"type": "list", "elements": "str"},
+            "env": {"type": "dict", "default": {}},
+            "secret_env": {"type": "dict", "default": {}, "no_log": True},
+            "mounts": {"type": "list", "elements": "str", "default": []},
+            "port": {"type": "int", "default": 8000},
+            "runtime": {"type": "str", "default": "nvidia"},
+            "shm_size": {"type": "str", "default": "16g"},
+            "ulimits": {"type": "dict", "default": {"memlock": "-1:-1", "stack": "67108864:67108864"}},
+            "labels": {"type": "dict", "default": {}},
+            "state": {"type": "str", "choices": ["started", "absent"], "default": "started"},
+            "ready_timeout": {"type": "int", "default": 900},
+            "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+        },
+        required_if=[("state", "started", ("image", "args"))],
+        supports_check_mode=True,
+    )
+    if docker is None:
+        module.fail_json(msg=missing_required_lib("docker (python3-docker)"), failure_class="docker_unavailable")
+    params = module.params
+    try:
+        client = docker.DockerClient(base_url=params["docker_host"])
+        existing = find(client, params["name"])
+    except DockerException as exc:
+        module.fail_json(msg=f"vllm_container: Docker is not answering: {exc}", failure_class="docker_unavailable")
+
+    current_hash = existing.labels.get(HASH_LABEL) if existing else None
+    result = {"changed": False, "action": "none", "ready": False, "failure_class": None,
+              "decisive_lines": [], "resolved_speculative_config": None, "config_hash": current_hash}
+
+    if params["state"] == "absent":
+        if existing:
+            result.update(changed=True, action="removed", diff={"before": f"{current_hash}\n", "after": "absent\n"})
+            if not module.check_mode:
+                existing.remove(force=True)
+        module.exit_json(**result)
+
+    wanted_hash = config_hash(desired_config(params))
+    result["config_hash"] = wanted_hash
+    result["diff"] = {"before": f"{params['name']}: {current_hash or 'absent'}\n",
+                      "after": f"{params['name']}: {wanted_hash}\n"}
+    running_same = existing is not None and current_hash == wanted_hash and existing.status == "running"
+    if running_same:
+        result.update(container_id=existing.id, ready=serves(params["port"]),
+                      resolved_speculative_config=resolved_spec_config(container_log(existing)))
+        module.exit_json(**result)
+
+    result.update(changed=True, action="recreated" if existing else "created")
+    if module.check_mode:
+        module.exit_json(**result)
+
+    started_at = time.monotonic()
+    try:
+        if existing:
+            existing.remove(force=True)
+        container = start(client, params, wanted_hash)
+    except ImageNotFound as exc:
+        module.fail_json(msg=f"vllm_container: image {params['image']} is not on the unit: {exc}",
+                         **{**result, "failure_class": "image_missing"})
+    except (APIError, ValueError) as exc:
+        failure, _ = classify(str(exc))
+        module.fail_json(msg=f"vllm_container: could not start {params['name']}: {exc}",
+                         **{**result, "failure_class": failure or "start_failed"})
+
+    ready, failure, log = wait_until_serving(container, params["port"], started_at + params["ready_timeout"])
+    result.update(container_id=container.id, ready=ready, resolved_speculative_config=resolved_spec_config(log))
+    if ready:
+        result["startup_seconds"] = round(time.monotonic() - started_at, 1)
+        module.exit_json(**result)
+
+    # A server that is not serving still holds (unified) memory; stop it before failing.
+    container.stop(timeout=10)
+    _, decisive = classify(log)
+    result.update(failure_class=failure, decisive_lines=decisive, log_tail=last_lines(log))
+    module.fail_json(
+        msg=f"vllm_container: {params['name']} did not serve ({failure}): "
+        + (decisive[0] if decisive else "see log_tail"),
+        **result,
+    )
+
+
+if __name__ == "__main__":
+    main()

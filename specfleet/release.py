@@ -1,0 +1,79 @@
+"""The unit's release record: what it serves now, its last known-good serving, and the
+decisions already taken for each candidate configuration.
+
+Pure functions over plain dicts; the rollout reads the record from the unit, updates it
+here (through a filter) and writes it back atomically. Secrets never enter the record:
+a serving spec carries the *names* of its secret variables, and the playbook supplies the
+values from Vault or the environment at launch.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+RECORD_VERSION = 1
+SPEC_KEYS = ("kind", "image", "args", "env", "mounts", "secret_env_names")
+
+
+def serving_spec(kind: str, image: str, args: list[str], env: Mapping[str, str], mounts: list[str],
+                 secret_env_names: list[str]) -> dict[str, Any]:
+    spec = {
+        "kind": kind,
+        "image": image,
+        "args": list(args),
+        "env": dict(sorted(env.items())),
+        "mounts": list(mounts),
+        "secret_env_names": sorted(secret_env_names),
+    }
+    spec["spec_id"] = spec_id(spec)
+    return spec
+
+
+def spec_id(spec: Mapping[str, Any]) -> str:
+    """Identity of a serving, independent of when it was recorded."""
+    return hashlib.sha256(json.dumps({k: spec[k] for k in SPEC_KEYS}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def empty() -> dict[str, Any]:
+    return {"version": RECORD_VERSION, "current": None, "known_good": None, "decisions": {}}
+
+
+def parse(text: str | None) -> dict[str, Any]:
+    """The record from the unit's file; an absent or unreadable file is an empty record
+    (a unit that never ran a rollout has no known-good serving)."""
+    if not text or not text.strip():
+        return empty()
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return empty()
+    return record if isinstance(record, dict) and record.get("version") == RECORD_VERSION else empty()
+
+
+def serving(record: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The unit now serves ``spec``."""
+    updated = copy.deepcopy(dict(record))
+    updated["current"] = dict(spec)
+    return updated
+
+
+def known_good(record: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` served and passed: it becomes what rollback returns to."""
+    updated = serving(record, spec)
+    updated["known_good"] = dict(spec)
+    return updated
+
+
+def decided(record: Mapping[str, Any], candidate_id: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """Remember the outcome for a candidate so an unchanged re-run does not measure again."""
+    updated = copy.deepcopy(dict(record))
+    updated["decisions"] = {**updated.get("decisions", {}), candidate_id: dict(outcome)}
+    return updated
+
+
+def previous_decision(record: Mapping[str, Any], candidate_id: str) -> dict[str, Any] | None:
+    return (record.get("decisions") or {}).get(candidate_id)

@@ -1,0 +1,243 @@
+"""The fleet report of one rollout run: JSON, CSV, Markdown and one self-contained HTML page.
+
+A run folder holds ``units/<host>.json``, one record per unit written by the rollout; the
+report is assembled from them once, by the controller, so no two writers share a file.
+Pure rendering functions plus one ``write_report`` that does the I/O.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+DECISIONS = ("kept", "reverted", "failed")
+PRIMARY_WORKLOAD = "code_edit"
+CSV_COLUMNS = (
+    "host", "device_class", "decision", "method", "num_speculative_tokens", "serving",
+    "speedup_c1", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
+    "acceptance_rate", "mean_acceptance_length", "reasons",
+)
+
+
+def load_run(run_dir: Path) -> list[dict[str, Any]]:
+    units = run_dir / "units"
+    return [json.loads(path.read_text()) for path in sorted(units.glob("*.json"))] if units.is_dir() else []
+
+
+def latest_run(runs_dir: Path) -> Path | None:
+    runs = sorted(path for path in runs_dir.iterdir() if (path / "units").is_dir()) if runs_dir.is_dir() else []
+    return runs[-1] if runs else None
+
+
+def _cell(bench: Mapping | None, workload: str, concurrency: str) -> Mapping:
+    return (((bench or {}).get("results") or {}).get(workload) or {}).get(concurrency) or {}
+
+
+def _throughput(bench: Mapping | None, workload: str, concurrency: str) -> float | None:
+    return (_cell(bench, workload, concurrency).get("throughput_tok_s") or {}).get("median")
+
+
+def _tpot_p50(bench: Mapping | None, workload: str, concurrency: str = "c1") -> float | None:
+    return (_cell(bench, workload, concurrency).get("tpot_ms") or {}).get("p50")
+
+
+def speedup(record: Mapping, workload: str = PRIMARY_WORKLOAD, concurrency: str = "c1") -> float | None:
+    base = _throughput(record.get("baseline"), workload, concurrency)
+    spec = _throughput(record.get("speculative"), workload, concurrency)
+    return round(spec / base, 3) if base and spec else None
+
+
+def acceptance(record: Mapping, workload: str = PRIMARY_WORKLOAD) -> Mapping | None:
+    return _cell(record.get("speculative"), workload, "c1").get("acceptance")
+
+
+def row(record: Mapping) -> dict[str, Any]:
+    accepted = acceptance(record) or {}
+    return {
+        "host": record["host"],
+        "device_class": record.get("device_class"),
+        "decision": record.get("decision"),
+        "method": record.get("method"),
+        "num_speculative_tokens": record.get("num_speculative_tokens"),
+        "serving": record.get("serving"),
+        "speedup_c1": speedup(record),
+        "tpot_p50_baseline_ms": _tpot_p50(record.get("baseline"), PRIMARY_WORKLOAD),
+        "tpot_p50_speculative_ms": _tpot_p50(record.get("speculative"), PRIMARY_WORKLOAD),
+        "speedup_c8": speedup(record, concurrency="c8"),
+        "acceptance_rate": accepted.get("rate"),
+        "mean_acceptance_length": accepted.get("mean_length"),
+        "reasons": "; ".join(record.get("reasons") or []),
+    }
+
+
+def summary(records: Sequence[Mapping]) -> dict[str, Any]:
+    counts = Counter(record.get("decision") for record in records)
+    return {
+        "units": len(records),
+        **{decision: counts.get(decision, 0) for decision in DECISIONS},
+        "by_decision": {
+            decision: [record["host"] for record in records if record.get("decision") == decision]
+            for decision in DECISIONS
+        },
+    }
+
+
+def summary_lines(records: Sequence[Mapping], run_id: str = "") -> list[str]:
+    """The compact end-of-playbook summary: one line per unit, then the totals."""
+    lines = []
+    for record in records:
+        ratio = speedup(record)
+        figure = f" x{ratio:.2f} c=1" if ratio else ""
+        reason = (record.get("reasons") or [""])[0]
+        lines.append(f"{record['host']}: {record.get('decision', '?').upper()} "
+                     f"{record.get('method') or '-'}{figure} ({record.get('serving') or 'nothing'} serving) - {reason}")
+    totals = summary(records)
+    lines.append(f"run {run_id}: {totals['units']} units: {totals['kept']} kept, "
+                 f"{totals['reverted']} reverted, {totals['failed']} failed")
+    return lines
+
+
+def to_csv(records: Sequence[Mapping]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    for record in records:
+        writer.writerow(row(record))
+    return buffer.getvalue()
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
+    totals = summary(records)
+    lines = [
+        f"# specfleet rollout {run_id}",
+        "",
+        f"{totals['units']} units: **{totals['kept']} kept**, {totals['reverted']} reverted, "
+        f"{totals['failed']} failed.",
+        "",
+        "| host | class | decision | method | k | speedup c=1 | TPOT p50 base/spec (ms) | speedup c=8 | acceptance |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for record in records:
+        values = row(record)
+        lines.append(
+            f"| {values['host']} | {values['device_class']} | {values['decision']} | {values['method'] or '-'} | "
+            f"{_fmt(values['num_speculative_tokens'])} | {_fmt(values['speedup_c1'])} | "
+            f"{_fmt(values['tpot_p50_baseline_ms'], 1)} / {_fmt(values['tpot_p50_speculative_ms'], 1)} | "
+            f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} |"
+        )
+    lines += ["", "## Reasons", ""]
+    for record in records:
+        lines.append(f"- **{record['host']}** ({record.get('decision')}):")
+        lines += [f"  - {reason}" for reason in record.get("reasons") or []]
+    return "\n".join(lines) + "\n"
+
+
+# --- HTML with inline SVG plots -------------------------------------------------------------
+
+COLOURS = {"kept": "#2e7d32", "reverted": "#f9a825", "failed": "#c62828", None: "#757575"}
+
+
+def _bar_chart(title: str, items: Sequence[tuple[str, float | None, str]], reference: float | None = None) -> str:
+    """Horizontal bars, one per (label, value, colour); missing values are drawn as text."""
+    width, bar_h, left = 640, 18, 170
+    known = [value for _, value, _ in items if value is not None]
+    top = max(known + ([reference] if reference else []) + [1e-9])
+    scale = (width - left - 60) / top
+    height = 30 + bar_h * len(items) + 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+             f'<text x="4" y="16" font-weight="bold">{html.escape(title)}</text>']
+    for index, (label, value, colour) in enumerate(items):
+        y = 26 + index * bar_h
+        parts.append(f'<text x="4" y="{y + 13}" font-size="12">{html.escape(label)}</text>')
+        if value is None:
+            parts.append(f'<text x="{left}" y="{y + 13}" font-size="12" fill="#757575">not measured</text>')
+            continue
+        parts.append(f'<rect x="{left}" y="{y + 2}" width="{value * scale:.1f}" height="{bar_h - 4}" fill="{colour}"/>')
+        parts.append(f'<text x="{left + value * scale + 4:.1f}" y="{y + 13}" font-size="12">{value:.2f}</text>')
+    if reference:
+        x = left + reference * scale
+        parts.append(
+            f'<line x1="{x:.1f}" y1="22" x2="{x:.1f}" y2="{height - 4}" stroke="#000" stroke-dasharray="4"/>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _acceptance_chart(records: Sequence[Mapping]) -> str:
+    width, height, left, bottom = 640, 240, 40, 200
+    series = [(r["host"], (acceptance(r) or {}).get("per_position")) for r in records]
+    series = [(host, values) for host, values in series if values]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+             '<text x="4" y="16" font-weight="bold">Acceptance per draft position (code edit, c=1)</text>',
+             f'<line x1="{left}" y1="{bottom}" x2="{width - 10}" y2="{bottom}" stroke="#000"/>']
+    if not series:
+        parts.append(f'<text x="{left}" y="100" fill="#757575">no speculative server reported acceptance</text>')
+    longest = max((len(values) for _, values in series), default=1)
+    step = (width - left - 20) / max(longest - 1, 1)
+    for index, (host, values) in enumerate(series):
+        colour = f"hsl({(index * 47) % 360},60%,40%)"
+        points = " ".join(f"{left + i * step:.1f},{bottom - v * (bottom - 30):.1f}" for i, v in enumerate(values))
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}">'
+                     f"<title>{html.escape(host)}</title></polyline>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def to_html(records: Sequence[Mapping], run_id: str) -> str:
+    totals = summary(records)
+    speedups = [(r["host"], speedup(r), COLOURS.get(r.get("decision"), COLOURS[None])) for r in records]
+    tpot = []
+    for r in records:
+        tpot.append((f"{r['host']} base", _tpot_p50(r.get("baseline"), PRIMARY_WORKLOAD), "#90a4ae"))
+        tpot.append((f"{r['host']} spec", _tpot_p50(r.get("speculative"), PRIMARY_WORKLOAD),
+                     COLOURS.get(r.get("decision"), COLOURS[None])))
+    table_rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(value))}</td>" for value in row(r).values()) + "</tr>"
+        for r in records
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>specfleet rollout {html.escape(run_id)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
+td,th{{border:1px solid #ccc;padding:3px 6px}}
+.kept{{color:{COLOURS['kept']}}}.failed{{color:{COLOURS['failed']}}}</style>
+</head><body>
+<h1>specfleet rollout {html.escape(run_id)}</h1>
+<p>{totals['units']} units: <b class="kept">{totals['kept']} kept</b>, {totals['reverted']} reverted,
+<b class="failed">{totals['failed']} failed</b>.</p>
+{_bar_chart("Speedup at concurrency 1 (code edit; dashed line = 1.0)", speedups, reference=1.0)}
+{_bar_chart("TPOT p50, baseline vs speculative (ms, code edit, c=1)", tpot)}
+{_acceptance_chart(records)}
+<h2>Units</h2>
+<table><tr>{"".join(f"<th>{c}</th>" for c in CSV_COLUMNS)}</tr>{table_rows}</table>
+</body></html>
+"""
+
+
+def write_report(run_dir: Path) -> dict[str, Any]:
+    """Write report.{json,csv,md,html} into the run folder; returns paths and the summary."""
+    records = load_run(run_dir)
+    run_id = run_dir.name
+    outputs = {
+        "report.json": json.dumps({"run_id": run_id, "summary": summary(records), "units": records}, indent=1),
+        "report.csv": to_csv(records),
+        "report.md": to_markdown(records, run_id),
+        "report.html": to_html(records, run_id),
+    }
+    for name, text in outputs.items():
+        temporary = run_dir / f".{name}.tmp"
+        temporary.write_text(text)
+        temporary.replace(run_dir / name)
+    return {"run_dir": str(run_dir), "files": sorted(outputs), "summary": summary(records),
+            "summary_lines": summary_lines(records, run_id)}

@@ -1,0 +1,73 @@
+"""Fleet report rendering and the unit's release record (pure functions)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+from specfleet import release, report
+
+
+def bench(throughput: float, tpot: float, acceptance=None) -> dict:
+    cell = {"throughput_tok_s": {"median": throughput, "runs": [throughput] * 3, "spread": 0.0},
+            "tpot_ms": {"p50": tpot, "p90": tpot, "mean": tpot}, "acceptance": acceptance}
+    return {"ok": True, "results": {"code_edit": {"c1": cell, "c8": cell}}}
+
+
+RECORDS = [
+    {"host": "thor-01", "device_class": "thor", "decision": "kept", "method": "eagle3", "num_speculative_tokens": 5,
+     "serving": "speculative", "reasons": ["keep speculation: every gated check passed"],
+     "baseline": bench(19.1, 52.0), "speculative": bench(25.6, 38.0, {"rate": 0.5, "mean_length": 3.5,
+                                                                        "per_position": [0.8, 0.6, 0.5]})},
+    {"host": "orinnano-01", "device_class": "orin_nano", "decision": "reverted", "method": "ngram",
+     "serving": "baseline", "reasons": ["revert to the baseline: 1 check(s) failed"],
+     "baseline": bench(40.0, 24.0), "speculative": bench(34.0, 28.0)},
+    {"host": "orinnx-01", "device_class": "orin_nx", "decision": "failed", "method": "ngram",
+     "serving": "baseline", "reasons": ["Serve the speculative plan: oom_at_start: Free memory on device ..."],
+     "baseline": bench(20.0, 49.0), "speculative": None},
+]
+
+
+def test_summary_counts_every_decision():
+    assert report.summary(RECORDS)["kept"] == 1
+    lines = report.summary_lines(RECORDS, "run-1")
+    assert lines[0].startswith("thor-01: KEPT eagle3 x1.34 c=1 (speculative serving)")
+    assert lines[-1] == "run run-1: 3 units: 1 kept, 1 reverted, 1 failed"
+
+
+def test_csv_has_a_row_per_unit_with_speedup():
+    rows = list(csv.DictReader(io.StringIO(report.to_csv(RECORDS))))
+    assert [r["host"] for r in rows] == ["thor-01", "orinnano-01", "orinnx-01"]
+    assert rows[0]["speedup_c1"] == "1.34" and rows[2]["speedup_c1"] == ""
+
+
+def test_html_is_self_contained_with_plots(tmp_path):
+    (tmp_path / "units").mkdir()
+    for record in RECORDS:
+        (tmp_path / "units" / f"{record['host']}.json").write_text(json.dumps(record))
+    written = report.write_report(tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("<svg") == 3 and "<polyline" in page
+    assert not re.search(r"""(src|href)=["']https?://""", page), "the page must load offline"
+    assert json.loads((tmp_path / "report.json").read_text())["summary"]["failed"] == 1
+    assert written["files"] == ["report.csv", "report.html", "report.json", "report.md"]
+
+
+def test_release_record_flow():
+    base = release.serving_spec("baseline", "img:1", ["vllm", "serve", "m"], {"HF_HUB_OFFLINE": "1"}, [], ["HF_TOKEN"])
+    spec = release.serving_spec("speculative", "img:1", ["vllm", "serve", "m", "--speculative-config", "{}"],
+                                {"HF_HUB_OFFLINE": "1"}, [], ["HF_TOKEN"])
+    record = release.known_good(release.parse(None), base)
+    assert record["known_good"]["kind"] == "baseline"
+    record = release.serving(record, spec)
+    assert record["current"]["kind"] == "speculative" and record["known_good"]["kind"] == "baseline"
+    record = release.decided(record, spec["spec_id"], {"decision": "kept"})
+    assert release.previous_decision(release.parse(json.dumps(record)), spec["spec_id"]) == {"decision": "kept"}
+    assert base["spec_id"] != spec["spec_id"]
+    assert record["current"]["secret_env_names"] == ["HF_TOKEN"]  # names only, never values
+
+
+def test_unreadable_record_means_no_known_good():
+    assert release.parse("{broken")["known_good"] is None
