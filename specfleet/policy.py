@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 from specfleet_unit.jetson_identity import DEVICE_CLASSES
+from specfleet_unit.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 
 from specfleet.catalog import Catalog
 
@@ -232,6 +233,15 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     c8 = policy["specfleet_gate_max_c8_regression"]
     if not _is_number(c8) or not 0 <= c8 < 1:
         problems.append(f"specfleet_gate_max_c8_regression: must be a share 0 <= x < 1, got {c8!r}")
+    gate_workloads = policy["specfleet_gate_workloads"]
+    if not isinstance(gate_workloads, list) or not gate_workloads:
+        problems.append(f"specfleet_gate_workloads: must be a non-empty list of workloads, got {gate_workloads!r}")
+    else:
+        for workload in gate_workloads:
+            if workload not in BENCH_WORKLOADS:
+                problems.append(
+                    f"specfleet_gate_workloads: unknown workload {workload!r} (known: {', '.join(BENCH_WORKLOADS)})"
+                )
     return problems
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
-
 from specfleet_unit import jetson_identity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,3 +49,28 @@ def facts_file(tmp_path, unit_facts):
         return str(path)
 
     return write
+
+
+LAB_PROFILE = "mixed"
+LAB_UNITS = 8
+
+
+@pytest.fixture(scope="session")
+def fleet_lab():
+    """An 8-unit mixed lab for the tests that roll out onto units (Molecule reuses its
+    Docker engine and unit image). Reuses a lab that is already up, and then leaves it up;
+    otherwise brings one up and takes it down at the end of the session."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, its own dockerd)")
+    from specfleet.lab import lab
+    from specfleet.lab.config import LabConfig
+
+    cfg = LabConfig()
+    started = lab.status(cfg)["lab"] == "down"
+    if started:
+        lab.up(cfg, LAB_PROFILE, LAB_UNITS)
+    try:
+        yield cfg
+    finally:
+        if started:
+            lab.down(cfg)

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from conftest import EAGLE3, GATED, GPT_OSS, TARGET, THOR_GPU
-
 from specfleet_unit.vllm_logs import classify, resolved_spec_config
 
 

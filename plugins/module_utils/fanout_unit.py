@@ -1,0 +1,296 @@
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Unit-side helper of the fan-out driver (``specfleet distribute``). Standard library only.
+
+The driver copies this file and ``store_manifest.py`` into ``<root>/.specfleet/fanout/``
+on each unit and runs ``python3 fanout_unit.py COMMAND`` with a JSON request on stdin; it
+answers one JSON object on stdout.
+
+Where things are (``StoreLayout`` of ``store_manifest``):
+- copies arrive in the staging dir ``<root>/.specfleet/incoming/<name>/<id>``;
+- every file that verified against the manifest is hard-linked into the *serve* dir
+  ``<root>/.specfleet/serve/<name>/<id>``, the only place other units may read from
+  (their key is confined read-only to ``<root>/.specfleet/serve`` by rrsync), so a unit
+  passes on only what it verified, and keeps serving it after the switch-in (hard links
+  survive the staging dir's rename into ``versions/``);
+- ``promote`` verifies the whole staging copy and switches it in atomically.
+
+Commands: keys, prepare, pull, verify, promote, cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+try:  # on the controller (tests) the module lives in the specfleet_unit package
+    from specfleet_unit.store_manifest import StoreLayout, promote, sha256_file, verify_tree
+except ImportError:  # on a unit it is shipped next to this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from store_manifest import StoreLayout, promote, sha256_file, verify_tree  # type: ignore[no-redef]
+
+# rsync exit codes that mean "could not talk to the other end" rather than "bad data".
+TRANSPORT_CODES = {5, 10, 12, 30, 35, 255}
+
+
+def serve_root(root: str) -> str:
+    return os.path.join(root, ".specfleet", "serve")
+
+
+def helper_dir(root: str) -> str:
+    """Where the driver ships this file (and store_manifest.py, manifest.json)."""
+    return os.path.join(root, ".specfleet", "fanout")
+
+
+def serve_dir(root: str, name: str, ident: str) -> str:
+    return os.path.join(serve_root(root), name, ident)
+
+
+def _link(src: str, dst: str) -> None:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    os.link(src, dst)
+
+
+def _file_ok(path: str, entry: dict) -> bool:
+    return (os.path.isfile(path) and not os.path.islink(path)
+            and os.path.getsize(path) == entry["size"] and sha256_file(path) == entry["sha256"])
+
+
+def verify_files(root: str, subdir: str, manifest: dict, files: list[str]) -> dict:
+    """Check ``files`` in staging; link the good ones into the serve dir, delete the bad
+    ones (so the next copy fetches them whole)."""
+    layout = StoreLayout(root, subdir, manifest["name"])
+    staging = layout.staging_dir(manifest["id"])
+    serve = serve_dir(root, manifest["name"], manifest["id"])
+    good, bad = [], []
+    for relative in files:
+        entry = manifest["files"].get(relative)
+        path = os.path.join(staging, relative)
+        if entry is not None and _file_ok(path, entry):
+            _link(path, os.path.join(serve, relative))
+            good.append(relative)
+        else:
+            bad.append(relative)
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+    return {"ok": good, "bad": bad}
+
+
+def prepare(root: str, subdir: str, manifest: dict) -> dict:
+    """Make the staging and serve dirs; report which files this unit already holds
+    verified (live store, or an earlier interrupted copy), linking them into both."""
+    layout = StoreLayout(root, subdir, manifest["name"])
+    ident = manifest["id"]
+    staging = layout.staging_dir(ident)
+    serve = serve_dir(root, manifest["name"], ident)
+    current = layout.current_id()
+    live_dir = layout.version_dir(current) if current else None
+    if current == ident and not verify_tree(live_dir, manifest, full=False):
+        # Already live: serve it as it is (sizes checked here; it was verified in full
+        # when it was switched in).
+        for relative in manifest["files"]:
+            _link(os.path.join(live_dir, relative), os.path.join(serve, relative))
+        return {"up_to_date": True, "have": sorted(manifest["files"]), "staging_dir": staging,
+                "serve_dir": serve, "link_dest": live_dir}
+    os.makedirs(staging, exist_ok=True)
+    os.makedirs(serve, exist_ok=True)
+    have = []
+    for relative, entry in manifest["files"].items():
+        path = os.path.join(staging, relative)
+        if not _file_ok(path, entry) and live_dir:
+            # What rsync --link-dest would do for an unchanged file, done up front so the
+            # piece counts as held and is not scheduled at all.
+            old = os.path.join(live_dir, relative)
+            if _file_ok(old, entry):
+                _link(old, path)
+        if _file_ok(path, entry):
+            _link(path, os.path.join(serve, relative))
+            have.append(relative)
+        elif os.path.isfile(path) and os.path.getsize(path) >= entry["size"]:
+            # Whole size but wrong bytes: rsync's quick check could keep it; fetch it anew.
+            # (A shorter file is a partial copy rsync --partial resumes from.)
+            os.unlink(path)
+    return {"up_to_date": False, "have": sorted(have), "staging_dir": staging, "serve_dir": serve,
+            "link_dest": live_dir if live_dir and os.path.isdir(live_dir) else None}
+
+
+def pull(root: str, subdir: str, manifest: dict, request: dict) -> dict:
+    """rsync ``files`` from a peer's serve dir into staging, then verify them."""
+    layout = StoreLayout(root, subdir, manifest["name"])
+    ident = manifest["id"]
+    staging = layout.staging_dir(ident)
+    os.makedirs(staging, exist_ok=True)
+    argv = ["rsync", "-a", "--partial", f"--timeout={int(request.get('timeout', 30))}",
+            "--files-from=-", "-e", " ".join(peer_ssh(request))]
+    if request.get("link_dest"):
+        argv.append(f"--link-dest={request['link_dest']}")
+    # Relative to the peer's rrsync root (<root>/.specfleet/serve).
+    argv += [f"{request['peer']}:{manifest['name']}/{ident}/", staging + "/"]
+    proc = subprocess.run(argv, input="".join(f + "\n" for f in request["files"]),
+                          capture_output=True, text=True, check=False)
+    result = {"rsync_rc": proc.returncode, "stderr": proc.stderr[-2000:],
+              "transport": proc.returncode in TRANSPORT_CODES}
+    if proc.returncode != 0:
+        result.update(ok=[], bad=list(request["files"]))
+        return result
+    result.update(verify_files(root, subdir, manifest, request["files"]))
+    return result
+
+
+def finish(root: str, subdir: str, manifest: dict) -> dict:
+    """Symlinks from the manifest, then verify everything and switch in (promote)."""
+    layout = StoreLayout(root, subdir, manifest["name"])
+    staging = layout.staging_dir(manifest["id"])
+    if layout.current_id() == manifest["id"] and not verify_tree(
+            layout.version_dir(manifest["id"]), manifest, full=False):
+        return {"problems": [], "changed": False, "live": layout.live}
+    for relative, target in manifest["symlinks"].items():
+        path = os.path.join(staging, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.islink(path) and os.readlink(path) == target:
+            continue
+        if os.path.lexists(path):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        os.symlink(target, path)
+    problems = promote(layout, manifest)
+    serve = serve_dir(root, manifest["name"], manifest["id"])
+    for problem in problems:
+        # promote removed the bad file from staging; stop serving it too.
+        bad = os.path.join(serve, problem.split(":", 1)[0])
+        if os.path.isfile(bad) and not os.path.islink(bad):
+            os.unlink(bad)
+    return {"problems": problems, "changed": not problems, "live": layout.live}
+
+
+KEY_COMMENT = "specfleet-fanout"
+
+
+def ssh_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".ssh")
+
+
+def key_paths() -> dict:
+    base = ssh_dir()
+    return {"key": os.path.join(base, "specfleet_fanout"),
+            "known_hosts": os.path.join(base, "specfleet_fanout_known_hosts"),
+            "authorized_keys": os.path.join(base, "authorized_keys")}
+
+
+def _write(path: str, text: str, mode: int) -> None:
+    temporary = path + ".specfleet-tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(temporary, mode)
+    os.replace(temporary, path)
+
+
+def _authorized_without_ours(path: str) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [line for line in handle.read().splitlines()
+                if line.strip() and not line.rstrip().endswith(" " + KEY_COMMENT)]
+
+
+def authorized_line(root: str, public_key: str, peers: list[str], rrsync: str | None) -> str:
+    """The fleet key may only read this unit's serve dir (rrsync -ro), from fleet
+    addresses, without a shell, a pty or forwarding."""
+    options = ["restrict"]
+    if peers:
+        options.append('from="' + ",".join(peers) + '"')
+    if rrsync:
+        options.append(f'command="{rrsync} -ro {serve_root(root)}"')
+    key = " ".join(public_key.split()[:2])
+    return ",".join(options) + f" {key} {KEY_COMMENT}"
+
+
+def install_keys(root: str, request: dict) -> dict:
+    paths = key_paths()
+    os.makedirs(ssh_dir(), mode=0o700, exist_ok=True)
+    os.makedirs(serve_root(root), exist_ok=True)
+    rrsync = shutil.which("rrsync") or next(
+        (p for p in ("/usr/bin/rrsync", "/usr/share/rsync/scripts/rrsync") if os.access(p, os.X_OK)), None)
+    line = authorized_line(root, request["public_key"], request.get("from", []), rrsync)
+    _write(paths["authorized_keys"], "\n".join(_authorized_without_ours(paths["authorized_keys"]) + [line]) + "\n",
+           0o600)
+    _write(paths["key"], request["private_key"], 0o600)
+    _write(paths["known_hosts"], request["known_hosts"], 0o644)
+    result = {"authorized": line}
+    if not rrsync:
+        result["warning"] = ("rrsync not found (rsync >= 3.2.4 ships it): the fleet key is restricted "
+                             "by from= and restrict only, not to read-only rsync of the serve dir")
+    return result
+
+
+def remove_keys() -> dict:
+    paths = key_paths()
+    if os.path.exists(paths["authorized_keys"]):
+        _write(paths["authorized_keys"], "".join(line + "\n" for line in
+                                                 _authorized_without_ours(paths["authorized_keys"])), 0o600)
+    for name in ("key", "known_hosts"):
+        if os.path.exists(paths[name]):
+            os.unlink(paths[name])
+    return {"removed_keys": True}
+
+
+def peer_ssh(request: dict) -> list[str]:
+    """How this unit reaches a peer: the fleet key, the peers' recorded host keys only."""
+    paths = key_paths()
+    return ["ssh", "-i", paths["key"], "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+            "-o", f"UserKnownHostsFile={paths['known_hosts']}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+            "-o", "Ciphers=aes128-gcm@openssh.com,chacha20-poly1305@openssh.com",
+            "-p", str(request.get("peer_port", 22)), "-l", str(request.get("peer_user", "root"))]
+
+
+def cleanup(root: str, name: str, remove_fleet_keys: bool) -> dict:
+    """Drop the serve dir of this store (hard links only: the live store is untouched),
+    the shipped helper and, unless kept, the fleet key."""
+    path = os.path.join(serve_root(root), name)
+    shutil.rmtree(path, ignore_errors=True)
+    result = {"removed": path}
+    if remove_fleet_keys:
+        result.update(remove_keys())
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here == os.path.abspath(helper_dir(root)):  # only the copy the driver shipped
+        shutil.rmtree(here, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    command = sys.argv[1]
+    request = json.load(sys.stdin)
+    root, subdir = request["root"], request.get("subdir", "")
+    here = os.path.dirname(os.path.abspath(__file__))
+    manifest = request.get("manifest")
+    if manifest is None and "manifest_file" in request:
+        with open(os.path.join(here, request["manifest_file"])) as handle:
+            manifest = json.load(handle)
+    if command == "prepare":
+        result = prepare(root, subdir, manifest)
+    elif command == "pull":
+        result = pull(root, subdir, manifest, request)
+    elif command == "verify":
+        result = verify_files(root, subdir, manifest, request["files"])
+    elif command == "promote":
+        result = finish(root, subdir, manifest)
+    elif command == "keys":
+        result = install_keys(root, request)
+    elif command == "cleanup":
+        result = cleanup(root, request["name"], bool(request.get("remove_keys")))
+    else:
+        raise SystemExit(f"unknown command {command}")
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,887 @@
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Streaming OpenAI client, /metrics scraper and statistics for the spec_bench module.
+
+Unit-side code, stdlib only (Python 3.10+). Shipped by Ansible as
+``ansible.module_utils.spec_bench_client``; the controller and the tests import the same
+file as ``specfleet_unit.spec_bench_client``.
+
+Definitions follow ``vllm bench serve`` (reference/serving-facts.md section 3):
+- TTFT: send time -> first SSE chunk whose delta carries content (role-only or empty
+  chunks do not count).
+- ITL: gaps between successive content chunks (per chunk, not per token: with
+  speculative decoding one chunk carries every token accepted in a step).
+- E2E: send time -> last content chunk (the usage-only chunk does not extend it).
+- Output tokens: ``usage.completion_tokens`` from the final usage chunk; chunks are never
+  counted as tokens.
+- TPOT: (E2E - TTFT) / (output tokens - 1), only for requests with more than one token.
+
+Requests never carry ``min_p`` or ``logit_bias``: a speculative vLLM server rejects them
+(HTTP 400) or ignores them, so ``build_request_body`` refuses them outright.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+FORBIDDEN_PARAMS = ("min_p", "logit_bias")
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+SPEC_PREFIX = "vllm:spec_decode_"
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted",
+}
+SPEC_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+# Error classes a request can end with.
+HTTP_ERROR = "http_error"  # non-200 status (body carries vLLM's error JSON)
+STREAM_ERROR = "stream_error"  # `data: {"error": ...}` after HTTP 200
+CONNECTION_ERROR = "connection_error"  # refused, reset, stream closed before [DONE]
+TIMEOUT = "timeout"  # the request did not finish within its timeout
+DEADLINE = "deadline"  # the whole-run deadline passed (request cut or never sent)
+PROTOCOL_ERROR = "protocol_error"  # unparseable event, no usage chunk
+NOT_SENT = "not_sent"  # skipped: the batch stopped after an earlier failure
+
+
+class ClientError(Exception):
+    """A request-level failure with a class from the constants above."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+
+
+# --- endpoint ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    scheme: str
+    host: str
+    port: int
+    base_path: str = ""
+    api_key: str | None = None
+
+    @staticmethod
+    def parse(url: str, api_key: str | None = None) -> Endpoint:
+        parts = urlsplit(url if "://" in url else "http://" + url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {parts.scheme!r} in {url!r} (http or https)")
+        if not parts.hostname:
+            raise ValueError(f"no host in URL {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return Endpoint(parts.scheme, parts.hostname, port, parts.path.rstrip("/"), api_key or None)
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=max(0.01, timeout))
+
+    def headers(self, path: str, json_body: bool = False) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream"}
+        if json_body:
+            headers["content-type"] = "application/json"
+        # vLLM's --api-key guards /v1 only; /health and /metrics stay open.
+        if self.api_key and path.startswith("/v1/"):
+            headers["authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.base_path}"
+
+
+def http_get(endpoint: Endpoint, path: str, timeout: float) -> tuple[int, bytes]:
+    """GET a path; raises ClientError (connection_error/timeout) when nothing answers."""
+    conn = endpoint.connection(timeout)
+    try:
+        conn.request("GET", endpoint.base_path + path, headers=endpoint.headers(path))
+        response = conn.getresponse()
+        return response.status, response.read()
+    except TimeoutError as exc:
+        raise ClientError(TIMEOUT, f"GET {path}: no answer within {timeout:.1f} s") from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise ClientError(CONNECTION_ERROR, f"GET {path}: {_describe(exc)}") from exc
+    finally:
+        conn.close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return f"{exc.__class__.__name__}: {text}" if exc.__class__.__name__ not in text else text
+
+
+def error_message(status: int, body: bytes) -> str:
+    """vLLM's error JSON ({"error": {"message", "type"}}) or the start of the body."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return f"HTTP {status}: {text[:300]}" if text else f"HTTP {status}"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("type")
+        message = error.get("message")
+        return f"HTTP {status} {kind}: {message}" if kind else f"HTTP {status}: {message}"
+    if error is not None:
+        return f"HTTP {status}: {error}"
+    if isinstance(payload, dict) and "detail" in payload:
+        return f"HTTP {status}: {payload['detail']}"
+    return f"HTTP {status}: {json.dumps(payload)[:300]}"
+
+
+# --- request bodies --------------------------------------------------------------------------
+
+
+def check_body(body: dict[str, Any]) -> None:
+    """Refuse sampling parameters a speculative vLLM server rejects or silently ignores."""
+    present = [name for name in FORBIDDEN_PARAMS if name in body]
+    if present:
+        raise ValueError(
+            f"refusing to send {', '.join(present)}: not supported with speculative decoding "
+            "(vLLM answers HTTP 400 or ignores it), so it would skew a baseline/speculative comparison"
+        )
+
+
+def build_request_body(
+    kind: str, model: str, prompt: str, max_tokens: int, seed: int, ignore_eos: bool = False
+) -> dict[str, Any]:
+    """Streaming greedy request: temperature 0, explicit top_p, fixed seed, usage chunk."""
+    body: dict[str, Any] = {"model": model}
+    if kind == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    elif kind == "completion":
+        body["prompt"] = prompt
+    else:
+        raise ValueError(f"unknown request kind {kind!r} (chat or completion)")
+    body.update(
+        {
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            # Explicit: otherwise the model's generation_config (e.g. top_p 0.9) applies.
+            "top_p": 1.0,
+            "seed": seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    if ignore_eos:
+        body["ignore_eos"] = True  # vLLM extension: generate exactly max_tokens
+    check_body(body)
+    return body
+
+
+# --- SSE parsing -----------------------------------------------------------------------------
+
+
+class SSEParser:
+    """Incremental Server-Sent Events parser: feed bytes, get the `data` of each event.
+
+    Handles \\n and \\r\\n line ends, multi-line data fields (joined with \\n), comment lines
+    and other fields (ignored), and events split across reads.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._buffer += chunk
+        events: list[str] = []
+        while True:
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                break
+            line = self._buffer[:end].rstrip(b"\r").decode("utf-8", "replace")
+            self._buffer = self._buffer[end + 1 :]
+            if not line:
+                if self._data:
+                    events.append("\n".join(self._data))
+                    self._data = []
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            if name == "data":
+                self._data.append(value[1:] if value.startswith(" ") else value)
+        return events
+
+    def close(self) -> list[str]:
+        """Flush an event not terminated by a blank line (a server closing early)."""
+        events = self.feed(b"\n\n") if self._buffer else []
+        if self._data:
+            events.append("\n".join(self._data))
+            self._data = []
+        return events
+
+
+@dataclass
+class StreamState:
+    """What one streamed response delivered, fed event by event (pure; times are inputs)."""
+
+    sent_at: float
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each content chunk
+    pieces: list[str] = field(default_factory=list)
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    done: bool = False
+    error: ClientError | None = None
+
+    def on_event(self, data: str, now: float) -> None:
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(data)
+        except ValueError as exc:
+            raise ClientError(PROTOCOL_ERROR, f"unparseable stream event: {data[:200]!r}") from exc
+        if not isinstance(event, dict):
+            raise ClientError(PROTOCOL_ERROR, f"stream event is not an object: {data[:200]!r}")
+        if "error" in event:
+            error = event["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            self.error = ClientError(STREAM_ERROR, f"error event mid-stream: {message}")
+            return
+        usage = event.get("usage")
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            # The final usage chunk (continuous_usage_stats would repeat it per chunk; the
+            # last value wins either way).
+            self.completion_tokens = int(usage["completion_tokens"])
+            if usage.get("prompt_tokens") is not None:
+                self.prompt_tokens = int(usage["prompt_tokens"])
+        for choice in event.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if content:
+                self.chunk_times.append(now)
+                self.pieces.append(content)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+@dataclass
+class RequestResult:
+    """One request: raw timings (seconds, monotonic) plus derived metrics."""
+
+    index: int
+    sent_at: float
+    chunk_times: list[float]
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    text: str
+    finish_reason: str | None
+    error_class: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.chunk_times[0] - self.sent_at if self.chunk_times else None
+
+    @property
+    def e2e_s(self) -> float | None:
+        return self.chunk_times[-1] - self.sent_at if self.chunk_times else None
+
+    @property
+    def itl_s(self) -> list[float]:
+        times = self.chunk_times
+        return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+    @property
+    def tpot_s(self) -> float | None:
+        return tpot(self.ttft_s, self.e2e_s, self.completion_tokens)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "ok": self.ok,
+            "ttft_ms": _ms(self.ttft_s),
+            "e2e_ms": _ms(self.e2e_s),
+            "tpot_ms": _ms(self.tpot_s),
+            "chunks": len(self.chunk_times),
+            "completion_tokens": self.completion_tokens,
+            "finish_reason": self.finish_reason,
+            "error_class": self.error_class,
+            "error": self.error,
+        }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def tpot(ttft_s: float | None, e2e_s: float | None, completion_tokens: int | None) -> float | None:
+    """vLLM bench TPOT: (E2E - TTFT) / (tokens - 1); None unless more than one token."""
+    if ttft_s is None or e2e_s is None or completion_tokens is None or completion_tokens <= 1:
+        return None
+    return (e2e_s - ttft_s) / (completion_tokens - 1)
+
+
+def stream_request(
+    endpoint: Endpoint,
+    path: str,
+    body: dict[str, Any],
+    timeout: float,
+    deadline: float | None = None,
+    index: int = 0,
+    clock: Any = time.monotonic,
+) -> RequestResult:
+    """POST one streaming request and record its timings; never raises for request errors.
+
+    `timeout` bounds the whole request (connect to [DONE]); `deadline` (a `clock()` value)
+    bounds it further. Each socket read waits at most the time left, so a stalled stream
+    ends as `timeout`/`deadline`, not a hang.
+    """
+    check_body(body)
+    payload = json.dumps(body).encode()
+    sent_at = clock()
+    limit = sent_at + timeout
+    cut_class = TIMEOUT
+    if deadline is not None and deadline < limit:
+        limit, cut_class = deadline, DEADLINE
+    state = StreamState(sent_at=sent_at)
+
+    def result(error: ClientError | None = None) -> RequestResult:
+        error = error or state.error
+        return RequestResult(
+            index=index,
+            sent_at=sent_at,
+            chunk_times=state.chunk_times,
+            completion_tokens=state.completion_tokens,
+            prompt_tokens=state.prompt_tokens,
+            text=state.text,
+            finish_reason=state.finish_reason,
+            error_class=error.error_class if error else None,
+            error=error.message if error else None,
+        )
+
+    def left() -> float:
+        remaining = limit - clock()
+        if remaining <= 0:
+            raise TimeoutError
+        return remaining
+
+    if limit - sent_at <= 0:
+        return result(ClientError(DEADLINE, "run deadline reached before the request was sent"))
+    conn = endpoint.connection(left())
+    try:
+        conn.request("POST", endpoint.base_path + path, body=payload, headers=endpoint.headers(path, json_body=True))
+        response = conn.getresponse()
+        if response.status != 200:
+            return result(ClientError(HTTP_ERROR, error_message(response.status, response.read())))
+        parser = SSEParser()
+        while not state.done and state.error is None:
+            if conn.sock is not None:
+                conn.sock.settimeout(left())
+            line = response.readline()
+            now = clock()
+            events = parser.feed(line) if line else parser.close()
+            for data in events:
+                state.on_event(data, now)
+                if state.done or state.error is not None:
+                    break
+            if not line:
+                break
+        if state.error is not None:
+            return result()
+        if not state.done:
+            return result(ClientError(CONNECTION_ERROR, "stream closed before [DONE] (server went away?)"))
+        if state.completion_tokens is None:
+            return result(
+                ClientError(PROTOCOL_ERROR, "no usage chunk in the stream (stream_options.include_usage ignored?)")
+            )
+        return result()
+    except ClientError as exc:
+        return result(exc)
+    except TimeoutError:
+        seconds = limit - sent_at
+        what = "run deadline" if cut_class == DEADLINE else f"request timeout ({seconds:.1f} s)"
+        phase = f"after {len(state.chunk_times)} content chunks" if state.chunk_times else "before the first token"
+        return result(ClientError(cut_class, f"{what} reached {phase}"))
+    except (OSError, http.client.HTTPException) as exc:
+        return result(ClientError(CONNECTION_ERROR, _describe(exc)))
+    finally:
+        conn.close()
+
+
+# --- batches ---------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchResult:
+    """Every prompt of a set sent once, `concurrency` in flight."""
+
+    results: list[RequestResult]
+    wall_s: float
+    concurrency: int
+
+    @property
+    def failed(self) -> list[RequestResult]:
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.completion_tokens or 0 for r in self.results if r.ok)
+
+    @property
+    def throughput_tok_s(self) -> float | None:
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else None
+
+    def texts(self) -> list[str]:
+        return [r.text for r in sorted(self.results, key=lambda r: r.index)]
+
+
+def run_batch(
+    endpoint: Endpoint,
+    path: str,
+    bodies: list[dict[str, Any]],
+    concurrency: int,
+    timeout: float,
+    deadline: float | None = None,
+    stop_on_error: bool = True,
+    clock: Any = time.monotonic,
+) -> BatchResult:
+    """Send every body once with `concurrency` requests in flight (like --max-concurrency).
+
+    Wall time runs from the first dispatch to the last completion. With `stop_on_error`,
+    workers take no new request once one failed (the rest are marked as not sent), so a
+    dead server ends the batch within one request timeout.
+    """
+    for body in bodies:
+        check_body(body)
+    results: list[RequestResult | None] = [None] * len(bodies)
+    lock = threading.Lock()
+    cursor = [0]
+    stopped = [False]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if cursor[0] >= len(bodies) or stopped[0]:
+                    return
+                index = cursor[0]
+                cursor[0] += 1
+            outcome = stream_request(endpoint, path, bodies[index], timeout, deadline, index, clock)
+            with lock:
+                results[index] = outcome
+                if not outcome.ok and stop_on_error:
+                    stopped[0] = True
+
+    workers = max(1, min(concurrency, len(bodies)))
+    start = clock()
+    threads = [threading.Thread(target=worker, daemon=True, name=f"spec-bench-{i}") for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    # Every request is bounded by its own timeout and the deadline, so these joins end;
+    # the extra bound is a guard against a socket that ignores its timeout.
+    join_limit = start + timeout + 5.0
+    if deadline is not None:
+        join_limit = min(join_limit, deadline + 5.0)
+    for thread in threads:
+        thread.join(max(0.0, join_limit - clock()))
+    wall = clock() - start
+    final: list[RequestResult] = []
+    with lock:
+        dispatched = cursor[0]
+        collected = list(results)
+    for index, outcome in enumerate(collected):
+        if outcome is not None:
+            final.append(outcome)
+            continue
+        if index < dispatched:  # a worker still stuck past every bound (should not happen)
+            error_class, message = TIMEOUT, "request still in flight when the batch gave up on it"
+        else:
+            error_class, message = NOT_SENT, "not sent: the batch stopped after an earlier failure"
+        final.append(
+            RequestResult(
+                index=index,
+                sent_at=start,
+                chunk_times=[],
+                completion_tokens=None,
+                prompt_tokens=None,
+                text="",
+                finish_reason=None,
+                error_class=error_class,
+                error=message,
+            )
+        )
+    return BatchResult(final, wall, concurrency)
+
+
+def output_hash(texts: list[str]) -> str:
+    """sha256 over the ordered outputs (length-prefixed, so boundaries count)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+# --- Prometheus metrics ----------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def _unescape(value: str) -> str:
+    return value.replace("\\\\", "\x00").replace('\\"', '"').replace("\\n", "\n").replace("\x00", "\\")
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of a Prometheus text exposition: (name, labels, value); comments skipped."""
+    samples: list[tuple[str, dict[str, str], float]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        name, label_text, value_text = match.groups()
+        labels = {key: _unescape(value) for key, value in _LABEL.findall(label_text or "")}
+        try:
+            value = float(value_text)
+        except ValueError:
+            continue
+        samples.append((name, labels, value))
+    return samples
+
+
+def spec_decode_counters(text: str, model_name: str | None = None) -> dict[str, Any] | None:
+    """Cumulative `vllm:spec_decode_*_total` counters, summed over engines.
+
+    Returns None when the server exposes no spec-decode counters (a baseline server: vLLM
+    registers them only with --speculative-config). When `model_name` is given and some
+    samples carry that label, only those count.
+    """
+    samples = [s for s in parse_prometheus(text) if s[0].startswith(SPEC_PREFIX) and s[0].endswith("_total")]
+    if not samples:
+        return None
+    if model_name is not None and any(s[1].get("model_name") == model_name for s in samples):
+        samples = [s for s in samples if s[1].get("model_name", model_name) == model_name]
+    counters: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_position": {}}
+    for name, labels, value in samples:
+        if name in SPEC_COUNTERS:
+            counters[SPEC_COUNTERS[name]] += value
+        elif name == SPEC_PER_POSITION:
+            try:
+                position = int(labels.get("position", ""))
+            except ValueError:
+                continue
+            counters["per_position"][position] = counters["per_position"].get(position, 0.0) + value
+    return counters
+
+
+def _zero_counters(like: dict[str, Any]) -> dict[str, Any]:
+    zero_positions = dict.fromkeys(like["per_position"], 0.0)
+    return {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_position": zero_positions}
+
+
+def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    """after - before; None when the server has no spec-decode counters."""
+    if after is None:
+        return None
+    before = before or _zero_counters(after)
+    positions = sorted(set(after["per_position"]) | set(before["per_position"]))
+    return {
+        "drafts": after["drafts"] - before["drafts"],
+        "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+        "accepted": after["accepted"] - before["accepted"],
+        "per_position": {
+            p: after["per_position"].get(p, 0.0) - before["per_position"].get(p, 0.0) for p in positions
+        },
+    }
+
+
+def add_deltas(deltas: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Sum of counter deltas; None if no delta had counters."""
+    present = [d for d in deltas if d is not None]
+    if not present:
+        return None
+    total: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_position": {}}
+    for delta in present:
+        for key in ("drafts", "draft_tokens", "accepted"):
+            total[key] += delta[key]
+        for position, value in delta["per_position"].items():
+            total["per_position"][position] = total["per_position"].get(position, 0.0) + value
+    return total
+
+
+def acceptance(delta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Acceptance figures from a counter delta (vLLM's formulas); None without counters.
+
+    rate = d_accepted / d_draft_tokens; mean_length = 1 + d_accepted / d_drafts;
+    per_position[i] = d_per_pos[i] / d_drafts. Ratios are None when their denominator
+    did not move (speculation configured but no drafts in the window).
+    """
+    if delta is None:
+        return None
+    drafts, draft_tokens, accepted = delta["drafts"], delta["draft_tokens"], delta["accepted"]
+    positions = sorted(delta["per_position"])
+    return {
+        "rate": round(accepted / draft_tokens, 6) if draft_tokens > 0 else None,
+        "mean_length": round(1.0 + accepted / drafts, 6) if drafts > 0 else None,
+        "per_position": [round(delta["per_position"][p] / drafts, 6) for p in positions] if drafts > 0 else None,
+        "drafts": int(round(drafts)),
+        "draft_tokens": int(round(draft_tokens)),
+        "accepted": int(round(accepted)),
+    }
+
+
+def scrape_spec_counters(endpoint: Endpoint, timeout: float, model_name: str | None = None) -> dict[str, Any] | None:
+    """GET /metrics and return the spec-decode counters (None if there are none).
+
+    Raises ClientError when /metrics does not answer 200.
+    """
+    status, body = http_get(endpoint, "/metrics", timeout)
+    if status != 200:
+        raise ClientError(HTTP_ERROR, "/metrics: " + error_message(status, body))
+    return spec_decode_counters(body.decode("utf-8", "replace"), model_name)
+
+
+# --- statistics ------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = math.ceil(position)
+    if low == high:
+        return ordered[low]
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def median(values: list[float]) -> float | None:
+    return percentile(values, 50.0)
+
+
+def spread(values: list[float]) -> float | None:
+    """(max - min) / median: the run-to-run spread of a figure."""
+    middle = median(values)
+    if middle is None or middle == 0:
+        return None
+    return (max(values) - min(values)) / middle
+
+
+def summarize(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, float | None]:
+    """{p50, p90, mean} of values times `scale` (e.g. 1000 for seconds -> ms)."""
+
+    def fmt(value: float | None) -> float | None:
+        return None if value is None else round(value * scale, digits)
+
+    return {"p50": fmt(percentile(values, 50)), "p90": fmt(percentile(values, 90)), "mean": fmt(mean(values))}
+
+
+
+# --- the benchmark procedure -----------------------------------------------------------------
+
+SERVER_DIED = "server_died"  # requests failed and /health no longer answers 200
+STALLED = "stalled"  # requests time out while /health still answers (a wedged engine)
+
+
+def cell_key(concurrency: int) -> str:
+    """Result key of a concurrency level: 'c1', 'c8' (strings: Ansible/JSON keys)."""
+    return f"c{concurrency}"
+
+
+def aggregate(
+    batches: list[BatchResult], deltas: list[dict[str, Any] | None], with_acceptance: bool = True
+) -> dict[str, Any]:
+    """Figures of one workload x concurrency from its measured runs (pure).
+
+    Latencies are pooled over every successful request of every run; throughput is per run
+    (output tokens / run wall time) and summarised by its median and spread.
+    """
+    oks = [r for batch in batches for r in batch.results if r.ok]
+    runs = []
+    for number, batch in enumerate(batches):
+        tpots = [t for t in (r.tpot_s for r in batch.results if r.ok) if t is not None]
+        delta = deltas[number] if number < len(deltas) else None
+        runs.append(
+            {
+                "throughput_tok_s": _round(batch.throughput_tok_s),
+                "tpot_p50_ms": _round(None if not tpots else percentile(tpots, 50) * 1000.0),
+                "wall_s": round(batch.wall_s, 4),
+                "output_tokens": batch.output_tokens,
+                "requests": len(batch.results),
+                "failed_requests": len(batch.failed),
+                "output_hash": output_hash(batch.texts()) if not batch.failed else None,
+                "spec_decode": None
+                if delta is None
+                else {k: int(round(delta[k])) for k in ("drafts", "draft_tokens", "accepted")},
+            }
+        )
+    throughputs = [
+        r["throughput_tok_s"] for r in runs if r["throughput_tok_s"] is not None and not r["failed_requests"]
+    ]
+    total = add_deltas(deltas) if with_acceptance else None
+    return {
+        "runs": runs,
+        "ttft_ms": summarize([r.ttft_s for r in oks if r.ttft_s is not None], 1000.0),
+        "tpot_ms": summarize([t for t in (r.tpot_s for r in oks) if t is not None], 1000.0),
+        "itl_ms": summarize([gap for r in oks for gap in r.itl_s], 1000.0),
+        "e2e_ms": summarize([r.e2e_s for r in oks if r.e2e_s is not None], 1000.0),
+        "throughput_tok_s": {
+            "median": _round(median(throughputs)),
+            "runs": throughputs,
+            "spread": _round(spread(throughputs), 4),
+        },
+        "acceptance": acceptance(total),
+        "output_tokens": sum(batch.output_tokens for batch in batches),
+        "requests": sum(len(batch.results) for batch in batches),
+        "failed_requests": sum(len(batch.failed) for batch in batches),
+    }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def classify_failure(
+    endpoint: Endpoint, batch: BatchResult, where: str, probe_timeout: float = 5.0
+) -> dict[str, str]:
+    """{class, message} for a batch with failed requests; probes /health to tell a dead
+    server (connection refused/reset, no answer) from a stalled engine or a bad request."""
+    failed = sorted(batch.failed, key=lambda r: (r.error_class == NOT_SENT, r.index))
+    first = failed[0]
+    detail = f"{where}: request {first.index} failed ({first.error_class}): {first.error}"
+    if len(failed) > 1:
+        detail += f" [{len(failed)} of {len(batch.results)} requests failed]"
+    if first.error_class in (CONNECTION_ERROR, TIMEOUT):
+        try:
+            status, _ = http_get(endpoint, "/health", probe_timeout)
+        except ClientError as exc:
+            return {"class": SERVER_DIED, "message": f"server stopped answering: {detail}; /health: {exc.message}"}
+        if status != 200:
+            return {"class": SERVER_DIED, "message": f"engine unhealthy: {detail}; /health answered HTTP {status}"}
+        if first.error_class == TIMEOUT:
+            return {"class": STALLED, "message": f"requests time out while /health answers 200: {detail}"}
+    return {"class": first.error_class or "unknown", "message": detail}
+
+
+def run_benchmark(
+    endpoint: Endpoint,
+    model: str,
+    prompt_sets: dict[str, list[str]],
+    concurrency: list[int],
+    warmups: int = 2,
+    repetitions: int = 3,
+    max_tokens: int = 256,
+    seed: int = 42,
+    request_timeout: float = 300.0,
+    deadline_s: float = 3600.0,
+    kind: str = "chat",
+    clock: Any = time.monotonic,
+) -> dict[str, Any]:
+    """Warm-ups, then `repetitions` measured runs per workload x concurrency.
+
+    A warm-up round sends `concurrency` prompts at once and is discarded. A measured run
+    sends every prompt of the set once with `concurrency` in flight; /metrics is scraped
+    before and after it, so acceptance counts measured traffic only. The first failure
+    ends the benchmark (ok=False, failure={class, message}) with the figures so far; the
+    whole call returns within `deadline_s` plus one probe.
+    """
+    started = clock()
+    deadline = started + deadline_s
+    path = CHAT_PATH if kind == "chat" else COMPLETIONS_PATH
+    results: dict[str, dict[str, Any]] = {}
+    hashes: dict[str, str | None] = {}
+    stable: dict[str, bool | None] = {}
+    failure: dict[str, str] | None = None
+    metrics_notes: list[str] = []
+    hash_concurrency = min(concurrency)
+    scrape_timeout = min(10.0, request_timeout)
+
+    def scrape() -> tuple[bool, dict[str, Any] | None]:
+        try:
+            return True, scrape_spec_counters(endpoint, min(scrape_timeout, max(0.1, deadline - clock())), model)
+        except ClientError as exc:
+            metrics_notes.append(exc.message)
+            return False, None
+
+    for workload, prompt_list in prompt_sets.items():
+        bodies = [build_request_body(kind, model, prompt, max_tokens, seed) for prompt in prompt_list]
+        results[workload] = {}
+        hashes[workload] = None
+        stable[workload] = None
+        for level in concurrency:
+            where = f"{workload} c={level}"
+            batches: list[BatchResult] = []
+            deltas: list[dict[str, Any] | None] = []
+            metrics_ok = True
+            for round_number in range(warmups):
+                if clock() >= deadline:
+                    failure = {"class": DEADLINE, "message": f"run deadline ({deadline_s:.0f} s) reached at {where}"}
+                    break
+                warm = run_batch(endpoint, path, bodies[: max(1, level)], level, request_timeout, deadline, True, clock)
+                if warm.failed:
+                    failure = classify_failure(endpoint, warm, f"{where} warm-up {round_number + 1}")
+                    break
+            for run_number in range(repetitions if failure is None else 0):
+                if clock() >= deadline:
+                    failure = {"class": DEADLINE, "message": f"run deadline ({deadline_s:.0f} s) reached at {where}"}
+                    break
+                ok_before, before = scrape()
+                batch = run_batch(endpoint, path, bodies, level, request_timeout, deadline, True, clock)
+                batches.append(batch)
+                if batch.failed:
+                    deltas.append(None)
+                    failure = classify_failure(endpoint, batch, f"{where} run {run_number + 1}")
+                    break
+                ok_after, after = scrape()
+                metrics_ok = metrics_ok and ok_before and ok_after
+                deltas.append(counter_delta(before, after))
+            if batches:
+                cell = aggregate(batches, deltas, with_acceptance=metrics_ok)
+                if not metrics_ok:
+                    cell["acceptance_note"] = "unavailable: /metrics did not answer during the runs"
+                results[workload][cell_key(level)] = cell
+                if level == hash_concurrency:
+                    run_hashes = [run["output_hash"] for run in cell["runs"] if run["output_hash"]]
+                    if run_hashes:
+                        hashes[workload] = run_hashes[0]
+                        stable[workload] = len(set(run_hashes)) == 1
+            if failure is not None:
+                break
+        if failure is not None:
+            break
+    return {
+        "model": model,
+        "endpoint": str(endpoint),
+        "results": results,
+        "output_hashes": hashes,
+        "output_stable": stable,
+        "ok": failure is None,
+        "failure": failure,
+        "duration_s": round(clock() - started, 3),
+        "metrics_notes": metrics_notes[:5],
+    }
