@@ -8,6 +8,13 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
 - `hang_mid_stream_after_tokens: N`  the engine stalls for good once a request has
   streamed N tokens (every open stream stops; /health still answers, as with a wedged GPU)
 - `startup_delay_s: S`        extra startup time (emulated seconds, scaled like the rest)
+- `drafter_unbudgeted_mib: M` a speculative server also holds M MiB outside vLLM's budget
+  at start (the draft-memory pitfall, vllm#9995: draft weights and activations not
+  counted), so it fails its free-memory check where the baseline starts
+- `reject_speculative_config: true`  the runtime rejects any --speculative-config the way
+  an older vLLM rejects a method its SpeculativeConfig does not know
+- `only_when_speculating: true`  every switch above applies only to a server started
+  with --speculative-config (a drafter crash, a speculative-only hang); the baseline runs clean
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ class Faults:
     never_ready: bool = False
     hang_mid_stream_after_tokens: int | None = None
     startup_delay_s: float = 0.0
+    drafter_unbudgeted_mib: int | None = None
+    reject_speculative_config: bool = False
+    only_when_speculating: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,7 +51,10 @@ def parse_faults(data: Any) -> Faults:
         return Faults()
     if not isinstance(data, dict):
         raise ValueError("faults file must hold a JSON object")
-    unknown = set(data) - {"crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s"}
+    unknown = set(data) - {
+        "crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s",
+        "drafter_unbudgeted_mib", "reject_speculative_config", "only_when_speculating",
+    }
     if unknown:
         raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
 
@@ -61,7 +74,15 @@ def parse_faults(data: Any) -> Faults:
         never_ready=bool(data.get("never_ready", False)),
         hang_mid_stream_after_tokens=optional_count("hang_mid_stream_after_tokens"),
         startup_delay_s=float(delay),
+        drafter_unbudgeted_mib=optional_count("drafter_unbudgeted_mib"),
+        reject_speculative_config=bool(data.get("reject_speculative_config", False)),
+        only_when_speculating=bool(data.get("only_when_speculating", False)),
     )
+
+
+def for_server(faults: Faults, speculating: bool) -> Faults:
+    """The switches that apply to this server (see `only_when_speculating`)."""
+    return Faults() if faults.only_when_speculating and not speculating else faults
 
 
 def faults_file_path(env: Mapping[str, str]) -> Path:

@@ -10,6 +10,7 @@ compile that writes the cache), KV-cache sizing, CUDA-graph capture -> API serve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import os
 import signal
@@ -25,7 +26,7 @@ from .cli import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, non_defau
 from .compile_cache import cache_root, compile_hash, is_cached, rank_dir, write_cache
 from .engine import Engine, NoiseModel
 from .errors import FRONTEND_FRAMES, VLLM_SITE, StartupFailure, pydantic_value_error
-from .faults import Faults, load_faults
+from .faults import Faults, for_server, load_faults
 from .gpu import NO_DEVICE_MESSAGE, GpuSpec, load_gpu_spec
 from .hub import ModelInfo, harmony_failure, load_model, tiktoken_files_present
 from .logs import ENGINE_CORE, VllmLogger
@@ -145,6 +146,12 @@ def _resolve_speculation(st: Startup) -> None:
     args, log = st.args, st.log
     assert st.target is not None
     if args.speculative_config is not None:
+        if st.faults.reject_speculative_config:
+            raise SpecConfigError(
+                "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n"
+                f"method\n  Input should be 'ngram', 'eagle', 'medusa', 'mlp_speculator' or 'draft_model' "
+                f"[type=literal_error, input_value={args.speculative_config.get('method')!r}, input_type=str]"
+            ).to_failure()
         try:
             st.speculative = validate_speculative_config(
                 args.speculative_config, st.target, args.tensor_parallel_size, lambda name: load_model(name, st.env)
@@ -431,7 +438,7 @@ def start(
     """Run startup up to (not including) listening. Raises StartupFailure."""
     settings = runtime_settings(env)
     try:
-        faults = load_faults(env)
+        faults = for_server(load_faults(env), args.speculative_config is not None)
     except ValueError as exc:
         raise StartupFailure(exception_text=f"RuntimeError: specfleet emulator: invalid faults file: {exc}") from exc
     st = Startup(args=args, env=env, log=log, settings=settings, faults=faults)
@@ -441,6 +448,10 @@ def start(
     gpu_failure: StartupFailure | None = None
     try:
         st.gpu = load_gpu_spec(env)
+        if faults.drafter_unbudgeted_mib and args.speculative_config is not None:
+            st.gpu = dataclasses.replace(
+                st.gpu, memory_used_by_others_mib=st.gpu.memory_used_by_others_mib + faults.drafter_unbudgeted_mib
+            )
         log.info("__init__.py:216", "Automatically detected platform cuda.")
     except StartupFailure as failure:
         # vLLM only fails later, when the engine config asks for the device type.

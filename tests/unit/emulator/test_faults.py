@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TARGET, port_listening, read_sse
+from conftest import EAGLE3_K5, TARGET, port_listening, read_sse
 from vllm_emulator.faults import Faults, parse_faults
 
 ARGS = ["--max-model-len", "2048", "--enforce-eager"]
@@ -73,3 +73,19 @@ def test_startup_delay(launch: Any, lab_env: dict[str, str]) -> None:
     write_faults(lab_env, {"startup_delay_s": 100})  # 1 s at the 0.01 time scale
     server = launch(TARGET, ARGS, ready=False)
     assert server.wait_ready() >= 1.0
+
+
+def test_speculation_only_faults_leave_the_baseline_alone(launch: Any, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"only_when_speculating": True, "drafter_unbudgeted_mib": 200000})
+    baseline = launch(TARGET, ARGS)
+    assert baseline.get("/health")[0] == 200
+    speculative = launch(TARGET, ARGS + ["--speculative-config", EAGLE3_K5], ready=False)
+    assert speculative.wait_exit() != 0
+    assert "Free memory on device" in speculative.output
+
+
+def test_rejected_speculative_config(launch: Any, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"reject_speculative_config": True})
+    server = launch(TARGET, ARGS + ["--speculative-config", EAGLE3_K5], ready=False)
+    assert server.wait_exit() != 0
+    assert "validation error for SpeculativeConfig" in server.output
