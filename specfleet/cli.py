@@ -223,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON or Markdown, or the path of the HTML page")
     report.set_defaults(func=cmd_report)
 
+    from specfleet import fanout_run  # `specfleet distribute` (fan-out of a store)
+
+    fanout_run.register(commands)
+
     try:
         from specfleet.lab import cli as lab_cli
     except ImportError:  # the lab is optional for users who only plan

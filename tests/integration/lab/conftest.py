@@ -1,0 +1,62 @@
+"""Fixtures for the lab integration tests: one small lab for the whole module.
+
+The lab needs root (namespaces, its own dockerd, iptables); without root every lab test
+is skipped with that reason. A lab that is already up is never touched: the tests skip
+rather than take down someone's lab.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from labtools import REPO, snapshot
+
+from specfleet.lab import lab
+from specfleet.lab.config import LabConfig
+
+LAB_UNITS = int(os.environ.get("SPECFLEET_LAB_TEST_UNITS", "3"))
+ANSIBLE_VENV = Path("/tmp/specfleet-lab-ansible")
+ANSIBLE_CORE = "ansible-core==2.19.14"
+
+
+@pytest.fixture(scope="session")
+def cfg() -> LabConfig:
+    return LabConfig()
+
+
+@pytest.fixture(scope="module")
+def running_lab(cfg: LabConfig) -> Iterator[dict]:
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, its own dockerd, iptables)")
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 is missing")
+    if lab.status(cfg)["lab"] != "down":
+        pytest.skip("a lab is already up; run `specfleet lab down` before the lab tests")
+    before = snapshot()
+    result = lab.up(cfg, "mixed", LAB_UNITS)
+    info = {"before": before, "up": result, "status": lab.status(cfg)}
+    try:
+        yield info
+    finally:
+        lab.down(cfg)  # idempotent: the last test has normally done it already
+
+
+@pytest.fixture(scope="session")
+def ansible_bin() -> Path:
+    """An `ansible` executable: the project venv's, one on PATH, or one we install."""
+    for candidate in (REPO / ".venv/bin/ansible", ANSIBLE_VENV / "bin/ansible"):
+        if candidate.exists():
+            return candidate
+    found = shutil.which("ansible")
+    if found:
+        return Path(found)
+    subprocess.run([sys.executable, "-m", "venv", str(ANSIBLE_VENV)], check=True)
+    subprocess.run([str(ANSIBLE_VENV / "bin/pip"), "install", "-q", ANSIBLE_CORE], check=True,
+                   timeout=900)
+    return ANSIBLE_VENV / "bin/ansible"

@@ -1,0 +1,160 @@
+"""The whole path on the lab's emulated units over SSH: prepare, rollout, rollback.
+
+Real Ansible, SSH, Docker engines, rsync and HTTP; only the Jetson identity and the CUDA
+vLLM (the emulator, labelled as such) are stood in for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.lab
+INVENTORY = REPO / "inventory" / "lab"
+
+# Faults for what cannot arise by itself, each only on the speculative server so the
+# baseline (known-good) serving of the same unit stays healthy.
+FAULTS = {
+    "agxorin-jp6-02": {"only_when_speculating": True, "drafter_unbudgeted_mib": 70000},
+    "agxorin-jp72-02": {"only_when_speculating": True, "reject_speculative_config": True},
+    "thor-02": {"only_when_speculating": True, "crash_after_requests": 6},
+}
+
+
+def playbook(name: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    return subprocess.run(
+        [str(binary), "-i", str(INVENTORY), f"playbooks/{name}", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=3600,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
+    )
+
+
+def hosts() -> dict[str, dict]:
+    data = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
+    found: dict[str, dict] = {}
+
+    def walk(group: dict) -> None:
+        found.update(group.get("hosts") or {})
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    walk(data["all"])
+    return found
+
+
+def on_unit(host: str, command: str) -> subprocess.CompletedProcess:
+    unit = hosts()[host]
+    return subprocess.run(
+        ["ssh", "-i", unit["ansible_ssh_private_key_file"], "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{unit['ansible_host']}", command],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counters per host."""
+    counters = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE):
+        counters[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", fields)}
+    return counters
+
+
+@pytest.fixture(scope="module")
+def prepared(fleet_lab):
+    """Prepare the lab once for the module, checking what issue 4 asks along the way."""
+    # A site's own daemon.json keys must survive the merge.
+    assert on_unit("orinnx-01", "printf '{\"log-level\": \"warn\"}' > /etc/docker/daemon.json").returncode == 0
+    check = playbook("prepare.yml", "--check", "--diff", "-l", "thor-01", "--tags", "docker")
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert '+    "default-runtime": "nvidia"' in check.stdout
+    assert on_unit("thor-01", "test -e /etc/docker/daemon.json").returncode != 0, "check mode wrote the file"
+
+    first = playbook("prepare.yml")
+    assert first.returncode == 0, first.stdout[-6000:]
+    second = playbook("prepare.yml")
+    assert second.returncode == 0, second.stdout[-6000:]
+    return {"first": first, "second": second}
+
+
+def test_prepare_is_idempotent_and_keeps_site_keys(prepared):
+    counters = recap(prepared["second"].stdout)
+    unit_names = set(hosts())
+    assert unit_names <= set(counters)
+    assert {host: counters[host]["changed"] for host in unit_names} == dict.fromkeys(unit_names, 0)
+    kept = json.loads(on_unit("orinnx-01", "cat /etc/docker/daemon.json").stdout)
+    assert kept["log-level"] == "warn" and kept["default-runtime"] == "nvidia"
+    runtime = on_unit("thor-01", "docker info --format '{{.DefaultRuntime}}'").stdout.strip()
+    assert runtime == "nvidia"
+
+
+@pytest.fixture(scope="module")
+def rolled_out(prepared, tmp_path_factory):
+    for host, faults in FAULTS.items():
+        assert on_unit(host, f"echo '{json.dumps(faults)}' > /etc/specfleet-lab/faults.json").returncode == 0
+    runs = tmp_path_factory.mktemp("runs")
+    # The three faults are injected on purpose; let every wave run so each unit is seen.
+    result = playbook("rollout.yml", "-e", f"specfleet_runs_dir={runs}",
+                      "-e", "specfleet_rollout_max_fail_percentage=100", env={"SPECFLEET_RUNS_DIR": str(runs)})
+    run_dir = next(runs.iterdir())
+    records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
+    return {"result": result, "records": records, "run_dir": run_dir}
+
+
+def test_rollout_decisions(rolled_out):
+    records = rolled_out["records"]
+    assert set(records) == set(hosts()), rolled_out["result"].stdout[-5000:]
+    for host in ("thor-01", "agxorin-jp6-01", "agxorin-jp72-01"):
+        assert (records[host]["decision"], records[host]["method"]) == ("kept", "eagle3"), records[host]["reasons"]
+    nano = records["orinnano-01"]
+    assert nano["method"] != "eagle3"
+    assert any("EAGLE-3 not allowed on orin_nano" in reason for reason in nano["plan_reasons"])
+
+
+@pytest.mark.parametrize(("host", "failure_class"), [
+    ("agxorin-jp6-02", "oom_at_start"),
+    ("agxorin-jp72-02", "spec_config_rejected"),
+    ("thor-02", "server_died"),
+])
+def test_faulted_units_end_on_their_baseline(rolled_out, host, failure_class):
+    record = rolled_out["records"][host]
+    assert record["decision"] == "failed"
+    assert record["failure"]["failure_class"] == failure_class, record["reasons"]
+    assert record["serving"] == "baseline"
+    models = on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models")
+    assert models.returncode == 0, f"{host} is not serving after its rollback"
+    release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+    assert release["current"]["kind"] == "baseline" and "--speculative-config" not in release["current"]["args"]
+
+
+def test_report_written_once_with_every_unit(rolled_out):
+    report = json.loads((rolled_out["run_dir"] / "report.json").read_text())
+    assert report["summary"]["units"] == len(hosts())
+    assert "SPECFLEET FLEET SUMMARY" in rolled_out["result"].stdout
+    assert (rolled_out["run_dir"] / "report.html").read_text().count("<svg") == 3
+
+
+def test_rerun_restarts_no_container(rolled_out):
+    before = {host: on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+              for host in hosts()}
+    again = playbook("rollout.yml")
+    after = {host: on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+             for host in hosts()}
+    assert before == after, again.stdout[-4000:]
+
+
+def test_rollback_playbook_restores_known_good(rolled_out):
+    result = playbook("rollback.yml", "-l", "thor-01")
+    assert result.returncode == 0, result.stdout[-4000:]
+    release = json.loads(on_unit("thor-01", "cat /var/lib/specfleet/release.json").stdout)
+    assert release["current"]["spec_id"] == release["known_good"]["spec_id"]
+    assert on_unit("thor-01", "curl -sf http://127.0.0.1:8000/health").returncode == 0
