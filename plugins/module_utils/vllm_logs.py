@@ -37,7 +37,7 @@ FAILURE_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
         r"prompt_lookup_min=\d+ must be <= prompt_lookup_max",
         r"Target and draft model should have the same vocabulary size",
         r"Arctic Inference is required for suffix decoding",
-        r"--speculative-config: Value .* cannot be converted",
+        r"--speculative-config(/-sc)?: Value .* cannot be converted",
     )),
     ("oom_at_start", (
         r"Free memory on device .* on startup is less than desired GPU memory utilization",

@@ -151,6 +151,7 @@ def build_serve_parser() -> VllmArgumentParser:
     vllm = parser.add_argument_group("VllmConfig")
     vllm.add_argument(
         "--speculative-config",
+        "-sc",  # vLLM 0.32 registers the short alias; argparse errors name both
         type=json_loads_for_argparse,
         default=None,
         help="Speculative decoding configuration. Should either be a valid "
