@@ -108,6 +108,7 @@ def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = 
             }
         )
     data["specfleet_serve_extra_env"] = dict(EMULATOR_ENV)
+    data["specfleet_serve_ulimits"] = {"stack": "67108864:67108864"}
     return data
 
 
@@ -120,6 +121,10 @@ ALL_COMMENTS = {
     ),
     "specfleet_tiktoken_source_dir": "Stand-in tiktoken encodings (generated content, NOT OpenAI's files).",
     "specfleet_tiktoken_encodings": "sha256 of the stand-in files above, not of the real encodings.",
+    "specfleet_serve_ulimits": (
+        "LAB setting: this host lacks CAP_SYS_RESOURCE, so no container here may raise memlock to\n"
+        "unlimited (runc: 'error setting rlimit type 8'); units keep the seeds' stack limit only."
+    ),
     "specfleet_serve_extra_env": (
         "EMULATOR setting (read only by the lab's vLLM emulator, ignored by vLLM): every modelled\n"
         "duration (startup, token pacing) is slept x 0.05; server-side figures stay consistent."

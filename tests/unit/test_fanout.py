@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 from specfleet_unit import fanout_unit as fu
@@ -322,3 +323,79 @@ def test_cleanup_drops_serve_dir_keeps_live_store(tmp_path):
     assert not os.path.exists(info["serve_dir"])
     assert os.path.exists(fu.__file__)  # never removes anything but the shipped copy
     assert not sm.verify_tree(sm.StoreLayout(root, "hub", manifest["name"]).live, manifest, full=True)
+
+
+# ---- the driver's event loop, with copies faked (no ssh) -------------------------------
+class FakeRunner:
+    """fanout_run.Runner with the remote calls replaced by bookkeeping."""
+
+    @staticmethod
+    def make(units, dead_after=None, corrupt=()):
+        from specfleet import fanout_run as fr
+
+        class Fake(fr.Runner):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.copies = []
+                self.corrupt = set(corrupt)
+                self.dead_units: set[str] = set()
+
+            def start_master(self, node):
+                pass
+
+            def stop_masters(self):
+                pass
+
+            def ship_helper(self, node):
+                pass
+
+            def install_keys(self, alive):
+                pass
+
+            def helper(self, node, command, request, timeout=None):
+                if command == "prepare":
+                    return {"up_to_date": False, "have": [], "staging_dir": "/s", "serve_dir": "/v",
+                            "link_dest": None}
+                if command == "promote":
+                    return {"problems": [], "changed": True}
+                return {}
+
+            def alive(self, name):
+                return name not in self.dead_units
+
+            def copy(self, transfer):
+                with self.lock:
+                    self.copies.append(transfer)
+                    if dead_after and len(self.copies) > dead_after[1]:
+                        self.dead_units.add(dead_after[0])
+                if {transfer.source, transfer.target} & self.dead_units:
+                    return {"ok": False, "seconds": 0, "bad": [], "reason": "connection reset",
+                            "source_alive": self.alive(transfer.source),
+                            "target_alive": self.alive(transfer.target)}
+                if (transfer.target, transfer.piece) in self.corrupt:
+                    self.corrupt.discard((transfer.target, transfer.piece))
+                    return {"ok": False, "seconds": 0, "bad": ["x"], "reason": "sha256 mismatch",
+                            "source_alive": True, "target_alive": True}
+                return {"ok": True, "seconds": 0, "bad": []}
+
+        manifest = {"name": "m", "id": "abc", "symlinks": {},
+                    "files": {f"f{i}": {"size": 100, "sha256": "0"} for i in range(8)}}
+        nodes = [fr.Node(name, f"10.0.0.{i + 10}") for i, name in enumerate(units)]
+        return Fake(nodes, Path("/nonexistent"), manifest, fr.Options(pieces=4))
+
+
+def test_driver_loop_completes_and_counts_sources():
+    runner = FakeRunner.make(UNITS[:8])
+    result = runner.run()
+    assert result["ok"] and result["copies"] == 8 * 4
+    assert result["bytes_from"]["peers"] > result["bytes_from"]["controller"]
+    assert result["bytes_from"]["controller"] >= 800  # the controller sent every piece at least once
+
+
+def test_driver_loop_survives_a_dying_source_and_corruption():
+    runner = FakeRunner.make(UNITS[:6], dead_after=("u00", 6), corrupt=[("u03", 1)])
+    result = runner.run()
+    assert result["units"]["u00"].startswith("dead")
+    assert all(result["units"][u] == "live" for u in UNITS[1:6])
+    assert result["failures"] >= 2
+    assert not result["ok"]

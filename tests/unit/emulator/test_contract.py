@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from conftest import DRAFT_1B, EAGLE3, TARGET
-
 from specfleet_unit import spec_bench_client as client
 from specfleet_unit.vllm_logs import classify, resolved_spec_config
 
