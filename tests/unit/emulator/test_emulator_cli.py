@@ -119,7 +119,8 @@ def test_invalid_speculative_json_is_an_argparse_error(lab_env: dict[str, str]) 
     result = run_cli(["serve", TARGET, "--speculative-config", "{method: ngram}"], lab_env)
     assert result.returncode == 2
     assert (
-        "vllm serve: error: argument --speculative-config/-sc: Value {method: ngram} cannot be converted to <function loads"
+        "vllm serve: error: argument --speculative-config/-sc: Value {method: ngram} "
+        "cannot be converted to <function loads"
     ) in result.stderr
 
 
