@@ -85,6 +85,18 @@ def _print_status(result: dict[str, Any]) -> None:
         print("  ".join(str(row[c]).ljust(widths[c]) for c in columns))
 
 
+def cmd_fault(args: argparse.Namespace) -> int:
+    switches = None
+    if not args.clear:
+        try:
+            switches = json.loads(args.switches)
+        except ValueError as exc:
+            raise LabError(f"fault switches must be JSON: {exc}") from exc
+    lab.set_faults(LabConfig(), args.unit, switches)
+    print(f"{args.unit}: {'fault switches cleared' if switches is None else json.dumps(switches)}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `lab` with `up`, `status`, `down` to the specfleet CLI."""
     parser = subparsers.add_parser(
@@ -107,6 +119,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_status = sub.add_parser("status", help="show the lab's units")
     p_status.add_argument("--format", choices=["table", "json"], default="table")
     p_status.set_defaults(func=cmd_status)
+
+    p_fault = sub.add_parser("fault", help="set a unit's emulator fault switches (rehearse a failure)")
+    p_fault.add_argument("unit", help="lab unit name, e.g. thor-02")
+    which = p_fault.add_mutually_exclusive_group(required=True)
+    which.add_argument("switches", nargs="?",
+                       help='JSON, e.g. \'{"only_when_speculating": true, "crash_after_requests": 6}\'')
+    which.add_argument("--clear", action="store_true", help="remove the unit's fault switches")
+    p_fault.set_defaults(func=cmd_fault)
 
     p_down = sub.add_parser("down", help="remove everything the lab made (idempotent)")
     p_down.add_argument("--format", choices=["text", "json"], default="text")

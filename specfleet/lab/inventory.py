@@ -109,6 +109,8 @@ def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = 
         )
     data["specfleet_serve_extra_env"] = dict(EMULATOR_ENV)
     data["specfleet_serve_ulimits"] = {"stack": "67108864:67108864"}
+    data["specfleet_bench_warmups"] = 1
+    data["specfleet_bench_max_tokens"] = 128
     return data
 
 
@@ -125,6 +127,8 @@ ALL_COMMENTS = {
         "LAB setting: this host lacks CAP_SYS_RESOURCE, so no container here may raise memlock to\n"
         "unlimited (runc: 'error setting rlimit type 8'); units keep the seeds' stack limit only."
     ),
+    "specfleet_bench_warmups": "LAB setting: shorter benchmarks so a rehearsal of a whole fleet fits on one machine.",
+    "specfleet_bench_max_tokens": "LAB setting: see specfleet_bench_warmups.",
     "specfleet_serve_extra_env": (
         "EMULATOR setting (read only by the lab's vLLM emulator, ignored by vLLM): every modelled\n"
         "duration (startup, token pacing) is slept x 0.05; server-side figures stay consistent."

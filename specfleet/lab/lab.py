@@ -9,6 +9,7 @@ down   removes what the state file lists, in reverse, tolerating what is already
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -426,3 +427,23 @@ def _leftovers(cfg: LabConfig, st: LabState) -> list[str]:
     left += [f"firewall {' '.join(r)}" for r in st.firewall if run(["iptables", "-C", *r],
                                                                    check=False).returncode == 0]
     return left
+
+
+# ---- fault switches -----------------------------------------------------------------------
+FAULTS_PATH = "/etc/specfleet-lab/faults.json"
+
+
+def set_faults(cfg: LabConfig, unit: str, faults: dict[str, Any] | None) -> None:
+    """Write (or with None remove) a unit's emulator fault switches. The unit's runtime shim
+    mounts the file into serving containers started with --runtime nvidia, so the switches
+    take effect at the next start of the vLLM emulator there (see lab/emulator/README.md)."""
+    require_root()
+    names = {entry["name"] for entry in status(cfg)["units"]}
+    if unit not in names:
+        raise LabError(f"no lab unit named {unit!r} (units: {', '.join(sorted(names)) or 'none, the lab is down'})")
+    container = f"{cfg.prefix}-{unit}"
+    if faults is None:
+        engine.docker(cfg, ["exec", container, "rm", "-f", FAULTS_PATH])
+        return
+    engine.docker_input(cfg, ["exec", "-i", container, "sh", "-c", f"cat > {FAULTS_PATH}"],
+                        json.dumps(faults).encode())

@@ -102,9 +102,11 @@ def rolled_out(prepared, tmp_path_factory):
     for host, faults in FAULTS.items():
         assert on_unit(host, f"echo '{json.dumps(faults)}' > /etc/specfleet-lab/faults.json").returncode == 0
     runs = tmp_path_factory.mktemp("runs")
-    # The three faults are injected on purpose; let every wave run so each unit is seen.
+    # The three faults are injected on purpose: one wave and no failure budget, so every unit
+    # is rolled out (Ansible ends a play outright when every host of a wave fails).
     result = playbook("rollout.yml", "-e", f"specfleet_runs_dir={runs}",
-                      "-e", "specfleet_rollout_max_fail_percentage=100", env={"SPECFLEET_RUNS_DIR": str(runs)})
+                      "-e", '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100}',
+                      env={"SPECFLEET_RUNS_DIR": str(runs)})
     run_dir = next(runs.iterdir())
     records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
     return {"result": result, "records": records, "run_dir": run_dir}
