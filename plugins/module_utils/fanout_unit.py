@@ -25,6 +25,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 
 try:  # on the controller (tests) the module lives in the specfleet_unit package
     from specfleet_unit.store_manifest import StoreLayout, promote, sha256_file, verify_tree
@@ -131,9 +133,15 @@ def pull(root: str, subdir: str, manifest: dict, request: dict) -> dict:
         argv.append(f"--link-dest={request['link_dest']}")
     # Relative to the peer's rrsync root (<root>/.specfleet/serve).
     argv += [f"{request['peer']}:{manifest['name']}/{ident}/", staging + "/"]
-    proc = subprocess.run(argv, input="".join(f + "\n" for f in request["files"]),
-                          capture_output=True, text=True, check=False)
-    result = {"rsync_rc": proc.returncode, "stderr": proc.stderr[-2000:],
+    # stderr to a file, not a pipe: a persisting ssh master inherits it and would keep a
+    # pipe open (and this call waiting) until it exits.
+    started = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        proc = subprocess.run(argv, input="".join(f + "\n" for f in request["files"]),
+                              stdout=subprocess.DEVNULL, stderr=errors, text=True, check=False)
+        errors.seek(0)
+        stderr = errors.read()[-2000:]
+    result = {"rsync_rc": proc.returncode, "stderr": stderr, "rsync_seconds": round(time.monotonic() - started, 3),
               "transport": proc.returncode in TRANSPORT_CODES}
     if proc.returncode != 0:
         result.update(ok=[], bad=list(request["files"]))
@@ -249,6 +257,10 @@ def peer_ssh(request: dict) -> list[str]:
             "-o", f"UserKnownHostsFile={paths['known_hosts']}", "-o", "StrictHostKeyChecking=yes",
             "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
             "-o", "Ciphers=aes128-gcm@openssh.com,chacha20-poly1305@openssh.com",
+            # One connection per peer for the whole run (each copy is a new session on it):
+            # saves a key exchange per piece. The master exits 15 s after its last use.
+            "-o", "ControlMaster=auto", "-o", f"ControlPath={os.path.join(ssh_dir(), 'sf-fanout-%C')}",
+            "-o", "ControlPersist=15",
             "-p", str(request.get("peer_port", 22)), "-l", str(request.get("peer_user", "root"))]
 
 
@@ -276,7 +288,11 @@ def main() -> None:
         with open(os.path.join(here, request["manifest_file"])) as handle:
             manifest = json.load(handle)
     if command == "prepare":
+        # The fleet key (when the driver manages it) arrives in the same round trip.
+        installed = install_keys(root, request["keys"]) if request.get("keys") else {}
         result = prepare(root, subdir, manifest)
+        if installed.get("warning"):
+            result["warning"] = installed["warning"]
     elif command == "pull":
         result = pull(root, subdir, manifest, request)
     elif command == "verify":

@@ -1,0 +1,542 @@
+"""`specfleet distribute`: copy a store to many units with real rsync over SSH, unit to unit.
+
+The controller runs the ``fanout.Scheduler`` event by event: every copy is one process
+(``rsync`` pushed from the controller, or ``ssh TARGET python3 fanout_unit.py pull`` where
+the target pulls from a peer's serve dir), run in a thread pool; each outcome goes back to
+the scheduler, which starts the next copies at once. Units pass on a piece as soon as they
+verified it (sha256 against the manifest), and switch the whole store in (``promote``, the
+code ``cache_store state=active`` runs) as soon as they hold every piece. A unit never has
+a partial store live: copies land in staging and only a fully verified copy is switched in.
+
+Keys: units pull from each other with a fleet key pair generated on the controller. Its
+public key is installed in each unit's authorized_keys as
+``restrict,from="<peer addresses>",command="rrsync -ro <root>/.specfleet/serve"`` (no
+shell, no forwarding, read-only, confined to verified files, only from fleet addresses);
+the private key and a known_hosts file holding every peer's host key are installed for the
+copy and removed afterwards (``--keep-keys`` keeps them; the role can manage them instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
+
+UNIT_HELPER_DIR = Path(__file__).resolve().parents[1] / "plugins" / "module_utils"
+HELPER_FILES = ("fanout_unit.py", "store_manifest.py")
+DEFAULT_KEY = Path.home() / ".ssh" / "specfleet_fanout_ed25519"
+KEY_COMMENT = "specfleet-fanout"
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Node:
+    """A unit as the controller reaches it (ssh) and as peers reach it (peer)."""
+
+    name: str
+    host: str
+    user: str = "root"
+    port: int = 22
+    key_file: str | None = None
+    ssh_args: list[str] = field(default_factory=list)
+    peer: str = ""  # address other units use; default: host
+
+    def __post_init__(self) -> None:
+        self.peer = self.peer or self.host
+
+
+def nodes_from_inventory(inventory: str, limit: Iterable[str] | None = None) -> list[Node]:
+    """Units of an Ansible inventory (ansible_host/user/port/key/common args;
+    ``specfleet_fanout_address`` overrides the address peers use)."""
+    from specfleet.inventory import host_variables
+
+    wanted = set(limit) if limit else None
+    nodes = []
+    for name, hv in host_variables(inventory).items():
+        if wanted is not None and name not in wanted:
+            continue
+        if hv.get("ansible_connection") in ("local",):
+            continue
+        host = str(hv.get("ansible_host", name))
+        nodes.append(Node(
+            name=name, host=host, user=str(hv.get("ansible_user", "root")),
+            port=int(hv.get("ansible_port", 22)),
+            key_file=hv.get("ansible_ssh_private_key_file"),
+            ssh_args=shlex.split(str(hv.get("ansible_ssh_common_args", ""))),
+            peer=str(hv.get("specfleet_fanout_address", host)),
+        ))
+    if wanted is not None:
+        missing = wanted - {n.name for n in nodes}
+        if missing:
+            raise ValueError(f"not in the inventory: {', '.join(sorted(missing))}")
+    return nodes
+
+
+@dataclass
+class Options:
+    root: str = "/var/lib/specfleet/huggingface"
+    subdir: str = "hub"
+    pieces: int = 8
+    controller_slots: int = 1
+    unit_slots: int = 1
+    max_attempts: int = 4
+    manage_keys: bool = True
+    keep_keys: bool = False
+    key_file: Path = DEFAULT_KEY
+    rsync_timeout: int = 30
+    # The simple, defensible mode: every unit pulls the whole store from the controller
+    # (what `push` means in the benchmark). Same code path, one source with N slots.
+    push: bool = False
+
+
+class Runner:
+    """One distribution of one store version to a set of units."""
+
+    def __init__(self, nodes: list[Node], store: Path, manifest: dict, options: Options,
+                 on_event: Event | None = None):
+        if not nodes:
+            raise ValueError("no units to distribute to")
+        self.nodes = {n.name: n for n in nodes}
+        self.store = store
+        self.manifest = manifest
+        self.opt = options
+        self.on_event = on_event or (lambda kind, data: None)
+        self.pieces: list[Piece] = manifest_pieces(manifest, 1 if options.push else options.pieces)
+        self.piece_of = {f: p.index for p in self.pieces for f in p.files}
+        self.total = sum(p.size for p in self.pieces)
+        self.helper_dir = f"{options.root}/.specfleet/fanout"
+        self.tmp = Path(tempfile.mkdtemp(prefix="sf-fo-"))
+        self.masters: list[Node] = []
+        self.info: dict[str, dict] = {}
+        self.lock = threading.Lock()
+        self.log: list[dict[str, Any]] = []
+        self.dead: dict[str, str] = {}
+        self.host_keys: dict[str, str] = {}
+        self.workers = min(32, max(4, len(nodes)))
+
+    # ---- ssh plumbing ----------------------------------------------------------------
+    def ssh_base(self, node: Node, multiplex: bool = True, connect_timeout: int = 8) -> list[str]:
+        argv = ["ssh", "-p", str(node.port), "-l", node.user, "-o", "BatchMode=yes",
+                "-o", f"ConnectTimeout={connect_timeout}", "-o", "ServerAliveInterval=5",
+                "-o", "ServerAliveCountMax=3"]
+        if node.key_file:
+            argv += ["-i", node.key_file]
+        argv += node.ssh_args
+        if multiplex:
+            argv += ["-o", f"ControlPath={self.tmp}/%C", "-o", "ControlMaster=no"]
+        else:
+            argv += ["-o", "ControlPath=none"]
+        return argv
+
+    def ssh(self, node: Node, command: str, stdin: bytes | str | None = None,
+            timeout: float | None = None, multiplex: bool = True) -> subprocess.CompletedProcess:
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        return subprocess.run([*self.ssh_base(node, multiplex), node.host, command], input=data,
+                              capture_output=True, timeout=timeout, check=False)
+
+    def helper(self, node: Node, command: str, request: dict, timeout: float | None = None) -> dict:
+        payload = {"root": self.opt.root, "subdir": self.opt.subdir, "manifest_file": "manifest.json",
+                   **request}
+        proc = self.ssh(node, f"python3 {shlex.quote(self.helper_dir)}/fanout_unit.py {command}",
+                        json.dumps(payload), timeout=timeout)
+        if proc.returncode != 0:
+            raise RemoteError(node.name, command, proc.returncode, proc.stderr.decode(errors="replace"))
+        return json.loads(proc.stdout)
+
+    def start_master(self, node: Node) -> None:
+        base = self.ssh_base(node, multiplex=False)[:-2]  # without ControlPath=none
+        master = [*base, "-o", f"ControlPath={self.tmp}/%C", "-o", "ControlMaster=yes",
+                  "-o", "ControlPersist=yes", "-f", "-N", node.host]
+        proc = subprocess.run(master, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=30, check=False)
+        if proc.returncode != 0:
+            raise RemoteError(node.name, "ssh", proc.returncode, proc.stderr.decode(errors="replace"))
+        with self.lock:
+            self.masters.append(node)
+
+    def stop_masters(self) -> None:
+        for node in self.masters:
+            subprocess.run([*self.ssh_base(node), "-O", "exit", node.host], capture_output=True,
+                           timeout=15, check=False)
+        self.masters.clear()
+
+    def alive(self, node_name: str) -> bool:
+        """A fresh connection (not the multiplexed one) answers within a few seconds."""
+        if node_name == CONTROLLER:
+            return True
+        node = self.nodes[node_name]
+        try:
+            proc = subprocess.run([*self.ssh_base(node, multiplex=False, connect_timeout=4),
+                                   node.host, "true"], capture_output=True, timeout=8, check=False)
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0
+
+    # ---- set-up ------------------------------------------------------------------------
+    def ship_helper(self, node: Node) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name in HELPER_FILES:
+                tar.add(str(UNIT_HELPER_DIR / name), arcname=name)
+            data = json.dumps(self.manifest).encode()
+            info = tarfile.TarInfo("manifest.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        quoted = shlex.quote(self.helper_dir)
+        # The same round trip reads the unit's host key (peers will check it).
+        proc = self.ssh(node, f"mkdir -p {quoted} && tar -x -o -f - -C {quoted} && "
+                        "cat /etc/ssh/ssh_host_ed25519_key.pub", buf.getvalue(), timeout=60)
+        if proc.returncode != 0:
+            raise RemoteError(node.name, "ship helper", proc.returncode, proc.stderr.decode(errors="replace"))
+        with self.lock:
+            self.host_keys[node.name] = " ".join(proc.stdout.decode().split()[:2])
+
+    def ensure_key(self) -> tuple[str, str]:
+        key = self.opt.key_file
+        if not key.exists():
+            key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", KEY_COMMENT, "-f", str(key)],
+                           check=True, capture_output=True)
+        return key.read_text(), key.with_suffix(".pub").read_text().strip()
+
+    def key_request(self, alive: list[Node]) -> dict:
+        """What `prepare` installs on each unit when the driver manages the fleet key."""
+        private, public = self.ensure_key()
+        known = "".join(f"{self.nodes[n].peer} {k}\n" for n, k in sorted(self.host_keys.items()) if k)
+        return {"keys": {"private_key": private, "public_key": public, "known_hosts": known,
+                         "from": sorted({n.peer for n in alive})}}
+
+    # ---- copies --------------------------------------------------------------------------
+    def copy(self, transfer: Transfer) -> dict[str, Any]:
+        """Run one copy; returns {ok, source_alive, target_alive, reason, promoted}."""
+        target = self.nodes[transfer.target]
+        files = list(self.pieces[transfer.piece].files)
+        info = self.info[transfer.target]
+        started = time.monotonic()
+        try:
+            if transfer.source == CONTROLLER:
+                result = self.push_piece(target, files, info)
+            else:
+                source = self.nodes[transfer.source]
+                result = self.helper(target, "pull", {
+                    "files": files, "peer": source.peer, "peer_user": source.user,
+                    "peer_port": source.port, "link_dest": info.get("link_dest"),
+                    "timeout": self.opt.rsync_timeout,
+                }, timeout=self.opt.rsync_timeout * 20)
+        except (RemoteError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
+            result = {"ok": [], "bad": files, "transport": True, "stderr": str(err)}
+        outcome: dict[str, Any] = {"seconds": time.monotonic() - started, "bad": result.get("bad", []),
+                                   "rsync_seconds": result.get("rsync_seconds"),
+                                   "reason": (result.get("stderr") or "").strip()[-300:]}
+        if not result.get("bad"):
+            outcome.update(ok=True, source_alive=True, target_alive=True)
+            return outcome
+        outcome["ok"] = False
+        if result.get("transport", False) or result.get("rsync_rc"):
+            # Who failed? Ask both ends over fresh connections.
+            outcome["target_alive"] = self.alive(transfer.target)
+            outcome["source_alive"] = self.alive(transfer.source)
+        else:
+            outcome.update(source_alive=True, target_alive=True,
+                           reason=f"sha256 mismatch: {', '.join(result['bad'][:3])}")
+        return outcome
+
+    def push_piece(self, target: Node, files: list[str], info: dict) -> dict:
+        listing = self.tmp / f"files-{threading.get_ident()}"
+        listing.write_text("".join(f + "\n" for f in files))
+        rsh = " ".join(shlex.quote(a) for a in self.ssh_base(target))
+        argv = ["rsync", "-a", "--partial", f"--timeout={self.opt.rsync_timeout}", f"--files-from={listing}",
+                "-e", rsh]
+        if info.get("link_dest"):
+            argv.append(f"--link-dest={info['link_dest']}")
+        source_dir = self.store / self.opt.subdir / self.manifest["name"] if self.opt.subdir else \
+            self.store / self.manifest["name"]
+        argv += [f"{source_dir}/", f"{target.host}:{info['staging_dir']}/"]
+        proc = subprocess.run(argv, capture_output=True, check=False)
+        if proc.returncode != 0:
+            return {"ok": [], "bad": files, "transport": True, "rsync_rc": proc.returncode,
+                    "stderr": proc.stderr.decode(errors="replace")}
+        return self.helper(target, "verify", {"files": files}, timeout=300)
+
+    def promote(self, name: str) -> dict:
+        try:
+            return self.helper(self.nodes[name], "promote", {}, timeout=600)
+        except (RemoteError, subprocess.TimeoutExpired) as err:
+            return {"problems": [str(err)]}
+
+    # ---- the run -------------------------------------------------------------------------
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        entry = {"t": round(time.monotonic() - self.t0, 3), "event": kind, **data}
+        with self.lock:
+            self.log.append(entry)
+        self.on_event(kind, entry)
+
+    def run(self) -> dict[str, Any]:
+        self.t0 = time.monotonic()
+        names = list(self.nodes)
+        unreachable: dict[str, str] = {}
+
+        def setup(node: Node) -> None:
+            try:
+                self.start_master(node)
+                self.ship_helper(node)
+            except (RemoteError, subprocess.TimeoutExpired) as err:
+                unreachable[node.name] = str(err)
+
+        try:
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                list(pool.map(setup, self.nodes.values()))
+            reachable = [self.nodes[n] for n in names if n not in unreachable]
+            request = self.key_request(reachable) if self.opt.manage_keys and not self.opt.push else {}
+
+            def prep(node: Node) -> None:
+                try:
+                    self.info[node.name] = self.helper(node, "prepare", request, timeout=600)
+                    if self.info[node.name].get("warning"):
+                        self.event("warning", {"unit": node.name, "message": self.info[node.name]["warning"]})
+                except (RemoteError, subprocess.TimeoutExpired) as err:
+                    unreachable[node.name] = str(err)
+
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                list(pool.map(prep, reachable))
+            self.event("prepared", {"units": len(self.info), "unreachable": sorted(unreachable)})
+            result = self._distribute(names, unreachable)
+        finally:
+            self._cleanup(names, unreachable)
+            self.stop_masters()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        result["seconds"] = round(time.monotonic() - self.t0, 2)
+        return result
+
+    def _distribute(self, names: list[str], unreachable: dict[str, str]) -> dict[str, Any]:
+        have: dict[str, set[int]] = {}
+        for name, info in self.info.items():
+            held = set(info["have"])
+            have[name] = {p.index for p in self.pieces if set(p.files) <= held}
+        push = self.opt.push
+        sched = Scheduler(names, [p.index for p in self.pieces], have,
+                          controller_slots=len(names) if push else self.opt.controller_slots,
+                          unit_slots=self.opt.unit_slots, max_attempts=self.opt.max_attempts,
+                          units_serve=not push)
+        for name, reason in unreachable.items():
+            sched.drop(name, f"unreachable: {reason.strip()[-200:]}")
+        promoted: dict[str, dict] = {}
+        bytes_from: dict[str, int] = {"controller": 0, "peers": 0}
+        to_promote: list[str] = []
+        for name in names:
+            info = self.info.get(name)
+            if info and info["up_to_date"]:
+                promoted[name] = {"problems": [], "changed": False}
+            elif info and (have.get(name, set()) >= sched.all):
+                to_promote.append(name)
+        with ThreadPoolExecutor(max_workers=max(4, 2 * len(names))) as pool:
+            jobs: dict[Future, tuple[str, Any]] = {}
+            for name in to_promote:
+                jobs[pool.submit(self.promote, name)] = ("promote", name)
+            while True:
+                for transfer in sched.assign():
+                    self.event("start", {"source": transfer.source, "target": transfer.target,
+                                         "piece": transfer.piece})
+                    jobs[pool.submit(self.copy, transfer)] = ("copy", transfer)
+                if not jobs:
+                    break
+                done, _ = wait(list(jobs), return_when=FIRST_COMPLETED)
+                for future in done:
+                    kind, what = jobs.pop(future)
+                    if kind == "promote":
+                        promoted[what] = future.result()
+                        problems = promoted[what].get("problems")
+                        self.event("promoted" if not problems else "promote_failed",
+                                   {"unit": what, "problems": (problems or [])[:5]})
+                        if problems:
+                            self._revoke(sched, what, problems)
+                        continue
+                    transfer: Transfer = what
+                    outcome = future.result()
+                    size = self.pieces[transfer.piece].size
+                    if outcome["ok"]:
+                        sched.succeeded(transfer)
+                        bytes_from["controller" if transfer.source == CONTROLLER else "peers"] += size
+                        self.event("done", {"source": transfer.source, "target": transfer.target,
+                                            "piece": transfer.piece, "bytes": size,
+                                            "seconds": round(outcome["seconds"], 2),
+                                            "rsync_seconds": outcome.get("rsync_seconds")})
+                        if sched.complete(transfer.target):
+                            jobs[pool.submit(self.promote, transfer.target)] = ("promote", transfer.target)
+                    else:
+                        was_dead = set(sched.dead)
+                        sched.failed(transfer, outcome["source_alive"], outcome["target_alive"], outcome["reason"])
+                        self.event("failed", {"source": transfer.source, "target": transfer.target,
+                                              "piece": transfer.piece, "reason": outcome["reason"],
+                                              "source_alive": outcome["source_alive"],
+                                              "target_alive": outcome["target_alive"]})
+                        for node in (transfer.source, transfer.target):
+                            if node in sched.dead and node not in was_dead:
+                                self.event("dropped", {"unit": node, "reason": sched.dead[node]})
+        self.dead = dict(sched.dead)
+        outcome = sched.outcome()
+        units = {}
+        for name in names:
+            status = outcome[name]
+            if status == "complete":
+                problems = promoted.get(name, {}).get("problems", ["not switched in"])
+                status = "live" if not problems else f"not switched in: {'; '.join(problems[:3])}"
+            units[name] = status
+        return {
+            "store": self.manifest["name"], "id": self.manifest["id"], "bytes": self.total,
+            "pieces": len(self.pieces), "mode": "push" if push else "fanout", "units": units,
+            "ok": all(s == "live" for s in units.values()),
+            "copies": len(sched.served), "bytes_from": bytes_from,
+            "failures": sum(1 for e in self.log if e["event"] == "failed"),
+        }
+
+    def _revoke(self, sched: Scheduler, name: str, problems: list[str]) -> None:
+        bad = {p.split(":", 1)[0] for p in problems}
+        pieces = {self.piece_of[f] for f in bad if f in self.piece_of}
+        if pieces:
+            sched.revoke(name, pieces)
+            self.event("revoked", {"unit": name, "pieces": sorted(pieces)})
+
+    def _cleanup(self, names: list[str], unreachable: dict[str, str]) -> None:
+        def clean(name: str) -> None:
+            if name in unreachable or name in self.dead or name not in self.info:
+                return
+            request = {"name": self.manifest["name"],
+                       "remove_keys": self.opt.manage_keys and not self.opt.keep_keys and not self.opt.push}
+            try:
+                self.helper(self.nodes[name], "cleanup", request, timeout=60)
+            except (RemoteError, subprocess.TimeoutExpired) as err:
+                self.event("warning", {"unit": name, "message": f"cleanup failed: {err}"})
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            list(pool.map(clean, names))
+
+
+class RemoteError(RuntimeError):
+    def __init__(self, unit: str, what: str, rc: int, stderr: str):
+        super().__init__(f"{unit}: {what} exited {rc}: {stderr.strip()[-500:]}")
+        self.unit, self.rc = unit, rc
+
+
+# ---- CLI -------------------------------------------------------------------------------
+def load_manifest(store: Path, name: str) -> dict:
+    path = store / "manifests" / f"{name}.json"
+    if not path.exists():
+        raise ValueError(f"{path} does not exist; run `specfleet cache manifest {store}` first")
+    return json.loads(path.read_text())
+
+
+def progress_events(total_units: int, total_bytes: int, console: Any) -> tuple[Event, Callable[[], None]]:
+    """A rich progress display fed by the runner's events; returns (on_event, stop)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description:<14}"), BarColumn(), DownloadColumn(),
+                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
+                        transient=False)
+    overall = progress.add_task("all units", total=total_units * total_bytes, note="")
+    per_unit: dict[str, Any] = {}
+    show_units = total_units <= 24
+    progress.start()
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "done":
+            progress.advance(overall, data["bytes"])
+            target = data["target"]
+            if show_units:
+                if target not in per_unit:
+                    per_unit[target] = progress.add_task(target, total=total_bytes, note="")
+                progress.update(per_unit[target], advance=data["bytes"], note=f"from {data['source']}")
+        elif kind == "promoted" and show_units and data["unit"] in per_unit:
+            progress.update(per_unit[data["unit"]], note="[green]live[/green]")
+        elif kind in ("failed", "dropped", "promote_failed", "revoked", "warning"):
+            detail = {k: v for k, v in data.items() if k not in ("t", "event")}
+            progress.console.print(f"[yellow]{kind}[/yellow] {detail}")
+
+    return on_event, progress.stop
+
+
+def cmd_distribute(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    store = Path(args.store)
+    try:
+        manifest = load_manifest(store, args.name)
+        nodes = nodes_from_inventory(args.inventory, args.limit.split(",") if args.limit else None)
+    except ValueError as err:
+        print(f"specfleet distribute: {err}", file=sys.stderr)
+        return 2
+    options = Options(root=args.root, subdir=args.subdir, pieces=args.pieces,
+                      controller_slots=args.controller_slots, unit_slots=args.unit_slots,
+                      manage_keys=args.manage_keys, keep_keys=args.keep_keys,
+                      key_file=Path(args.key_file), push=args.push)
+    console = Console(stderr=True)
+    on_event, stop = (None, lambda: None)
+    if args.format != "json":
+        total = sum(int(e["size"]) for e in manifest["files"].values())
+        on_event, stop = progress_events(len(nodes), total, console)
+    try:
+        result = Runner(nodes, store, manifest, options, on_event).run()
+    finally:
+        stop()
+    if args.format == "json":
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        table = Table(title=f"{result['mode']} {result['store']} ({result['id']}) in {result['seconds']:.1f}s")
+        table.add_column("unit")
+        table.add_column("result")
+        for name, status in result["units"].items():
+            table.add_row(name, status if status != "live" else "[green]live[/green]")
+        Console().print(table)
+    return 0 if result["ok"] else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "distribute", help="copy a store to many units, unit to unit (fan-out over rsync/ssh)")
+    parser.add_argument("--store", required=True, help="controller store (STORE/<subdir>/<name>, STORE/manifests)")
+    parser.add_argument("--name", required=True, help="entry of the store, e.g. models--org--name")
+    parser.add_argument("-i", "--inventory", required=True, help="Ansible inventory of the units")
+    parser.add_argument("--limit", help="comma-separated host names (default: every host)")
+    parser.add_argument("--root", default=Options.root, help="store root on the units (default %(default)s)")
+    parser.add_argument("--subdir", default=Options.subdir, help="live dir below root and store (default hub)")
+    parser.add_argument("--pieces", type=int, default=Options.pieces,
+                        help="split the store into this many pieces of whole files (default %(default)s)")
+    parser.add_argument("--controller-slots", type=int, default=1, help="concurrent uploads from the controller")
+    parser.add_argument("--unit-slots", type=int, default=1, help="concurrent uploads from each unit")
+    parser.add_argument("--push", action="store_true", help="no fan-out: the controller copies to every unit")
+    parser.add_argument("--manage-keys", action=argparse.BooleanOptionalAction, default=True,
+                        help="install the fleet key for unit-to-unit copies (off when a role did)")
+    parser.add_argument("--keep-keys", action="store_true", help="leave the fleet key installed afterwards")
+    parser.add_argument("--key-file", default=str(DEFAULT_KEY), help="fleet private key on the controller")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(func=cmd_distribute)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specfleet")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(["distribute", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
