@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 
-ROLES = sorted(path.parent.parent.name for path in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+ROLES = sorted(path.parents[2].name for path in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 
 
 @pytest.mark.molecule
