@@ -76,7 +76,7 @@ def prepared(fleet_lab):
     assert on_unit("orinnx-01", "printf '{\"log-level\": \"warn\"}' > /etc/docker/daemon.json").returncode == 0
     check = playbook("prepare.yml", "--check", "--diff", "-l", "thor-01", "--tags", "docker")
     assert check.returncode == 0, check.stdout[-4000:]
-    assert '+    "default-runtime": "nvidia"' in check.stdout
+    assert re.search(r'^\+\s*"default-runtime": "nvidia"', check.stdout, re.MULTILINE), check.stdout[-3000:]
     assert on_unit("thor-01", "test -e /etc/docker/daemon.json").returncode != 0, "check mode wrote the file"
 
     first = playbook("prepare.yml")
