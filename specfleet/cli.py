@@ -18,6 +18,7 @@ from specfleet_unit.jetson_identity import IdentityError, paths_under, read_unit
 
 from specfleet import cache as cache_module
 from specfleet import inventory as inventory_module
+from specfleet import kserve as kserve_module
 from specfleet import policy as policy_module
 from specfleet import render
 from specfleet import report as report_module
@@ -91,12 +92,14 @@ def _group_problems(problems_by_host: dict[str, list[str]]) -> list[str]:
     return lines
 
 
-def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
-    """(facts by host, policy overrides by host) from --facts files or an inventory."""
+def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict, dict[str, list[str]]]:
+    """(facts by host, policy overrides by host, problems of the facts an inventory declares
+    by host) from --facts files or an inventory."""
     file_policy = _load_policy_file(args.policy)
     cli_overrides = {**file_policy, **({"specfleet_model": args.model} if args.model else {})}
     units: dict[str, dict] = {}
     overrides: dict[str, dict] = {}
+    declared_problems: dict[str, list[str]] = {}
     if args.inventory:
         try:
             variables = inventory_module.host_variables(args.inventory)
@@ -107,10 +110,16 @@ def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
         missing = []
         for host, host_vars in variables.items():
             facts, _ = inventory_module.facts_for(host, host_vars, args.facts_dir)
-            if facts is None:
+            # A malformed declaration is reported with the policy problems (one exit 2 for all),
+            # even when gathered facts would be planned from instead.
+            if inventory_module.EXPECTED_FACTS_VAR in host_vars:
+                found = policy_module.expected_facts_problems(host_vars[inventory_module.EXPECTED_FACTS_VAR])
+                if found:
+                    declared_problems[host] = found
+            if facts is None and host not in declared_problems:
                 missing.append(host)
                 continue
-            units[host] = facts
+            units[host] = facts or {}
             overrides[host] = {**inventory_module.policy_overrides(host_vars), **cli_overrides}
         if missing:
             raise InputError(
@@ -125,24 +134,34 @@ def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
         overrides[host] = cli_overrides
     if not units:
         raise InputError("nothing to plan: give --facts FILE or -i INVENTORY")
-    return units, overrides
+    return units, overrides, declared_problems
+
+
+def _host_policies(
+    units: dict[str, dict], overrides: dict[str, dict], declared_problems: dict[str, list[str]], catalog
+) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    """Each planned host's merged policy, and every problem with it, by host."""
+    policies: dict[str, dict] = {}
+    problems: dict[str, list[str]] = {}
+    for host in units:
+        merged = policy_module.merge(overrides[host])
+        found = policy_module.validate(merged, catalog) + declared_problems.get(host, [])
+        if host not in declared_problems:
+            found += policy_module.class_conflicts(merged, units[host].get("device_class"))
+        if found:
+            problems[host] = found
+        policies[host] = merged
+    return policies, problems
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     try:
-        units, overrides = _gather_inputs(args)
+        units, overrides, declared_problems = _gather_inputs(args)
     except InputError as exc:
         print(f"specfleet plan: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    policies: dict[str, dict] = {}
-    problems: dict[str, list[str]] = {}
-    for host, host_overrides in overrides.items():
-        merged = policy_module.merge(host_overrides)
-        found = policy_module.validate(merged, catalog)
-        if found:
-            problems[host] = found
-        policies[host] = merged
+    policies, problems = _host_policies(units, overrides, declared_problems, catalog)
     if problems:
         print("specfleet plan: invalid policy, nothing planned:", file=sys.stderr)
         for line in _group_problems(problems):
@@ -186,6 +205,115 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from specfleet import status as status_module  # loads paramiko only when asked
+
+    if args.timeout <= 0:
+        print("specfleet status: --timeout must be more than 0 seconds", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        targets = status_module.inventory_targets(args.inventory, args.limit)
+    except Exception as exc:  # Ansible raises many types for a bad inventory
+        print(f"specfleet status: -i {args.inventory}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not targets:
+        wanted = f" matching --limit {args.limit}" if args.limit else ""
+        print(f"specfleet status: -i {args.inventory}: no hosts{wanted}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from rich.console import Console
+    from rich.progress import Progress
+
+    stderr = Console(stderr=True)
+    # A progress bar only for a person at a terminal; JSON and pipes stay clean.
+    with Progress(console=stderr, transient=True, disable=args.format == "json" or not stderr.is_terminal) as bar:
+        task = bar.add_task(f"reading {len(targets)} unit(s)", total=len(targets))
+        reads = status_module.read_fleet(targets, args.timeout, on_done=lambda _read: bar.advance(task))
+    rows = [status_module.unit_status(read) for read in reads]
+    _emit(rows, args.format, status_module.status_table(rows))
+    return status_module.exit_code(rows)
+
+
+def _storage_roles(pairs: list[str] | None, what: str) -> dict[str, str]:
+    """ROLE=VALUE pairs (repeatable options) as a map; a bad pair is bad input."""
+    found: dict[str, str] = {}
+    for pair in pairs or []:
+        role, sep, value = pair.partition("=")
+        if not sep or not role or not value:
+            raise InputError(f"{what} {pair!r}: expected ROLE=VALUE, ROLE one of {', '.join(kserve_module.ROLES)}")
+        if role in found:
+            raise InputError(f"{what}: {role} given twice")
+        found[role] = value
+    return found
+
+
+def _kserve_options(args: argparse.Namespace, host: str, hosts: int) -> kserve_module.Options:
+    uris = _storage_roles(args.storage_uris, "--storage-uris")
+    mounts = _storage_roles(args.mount_path, "--mount-path")
+    if set(mounts) - set(uris):
+        raise InputError(f"--mount-path {', '.join(sorted(set(mounts) - set(uris)))}: no --storage-uris entry")
+    if args.name and hosts > 1:
+        raise InputError("--name names one InferenceService: give it with one --host")
+    entries = {
+        role: kserve_module.StorageEntry(uri, mounts.get(role, kserve_module.default_mount_path(role)))
+        for role, uri in uris.items()
+    }
+    return kserve_module.Options(
+        name=args.name or kserve_module.default_name(host), namespace=args.namespace,
+        storage_uri=args.storage_uri, storage_uris=entries, pvc=args.pvc,
+        target_dir=args.target_dir, draft_dir=args.draft_dir, runtime_format=args.runtime_format,
+        runtime=args.runtime, image=args.image, gpus=args.gpus, cpu=args.cpu, memory=args.memory,
+        service_account=args.service_account, progress_deadline=args.progress_deadline,
+    )
+
+
+def cmd_kserve_render(args: argparse.Namespace) -> int:
+    """Plan as `specfleet plan` does, then write each host's InferenceService and rollback
+    manifests; nothing is written unless every manifest validates."""
+    catalog = load_catalog()
+    try:
+        units, overrides, declared_problems = _gather_inputs(args)
+        if args.host:
+            unknown = [h for h in args.host if h not in units]
+            if unknown:
+                raise InputError(f"--host {', '.join(unknown)}: not among the planned hosts ({', '.join(units)})")
+            units = {h: units[h] for h in args.host}
+    except InputError as exc:
+        print(f"specfleet kserve render: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    policies, problems = _host_policies(units, overrides, declared_problems, catalog)
+    rendered: list[tuple[str, dict, dict, list[str]]] = []
+    if not problems:
+        for plan in plan_fleet(units, policies, catalog):
+            try:
+                options = _kserve_options(args, plan["host"], len(units))
+                rendered.append((plan["host"], *kserve_module.render_pair(plan, options)))
+            except InputError as exc:
+                problems[plan["host"]] = [str(exc)]
+            except kserve_module.KServeError as exc:
+                problems[plan["host"]] = exc.reasons
+    if problems:
+        print("specfleet kserve render: nothing written:", file=sys.stderr)
+        for line in _group_problems(problems):
+            print(f"  - {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = "yaml" if args.format == "yaml" else "json"
+    written = []
+    for host, manifest, rollback, notes in rendered:
+        files = {}
+        for kind, data in (("inferenceservice", manifest), ("rollback", rollback)):
+            path = out / f"{host}-{kind}.{suffix}"
+            text = kserve_module.to_yaml(data) if suffix == "yaml" else json.dumps(data, indent=2) + "\n"
+            path.write_text(text)
+            files[kind] = str(path)
+        for note in notes:
+            print(f"specfleet kserve render: {host}: {note}", file=sys.stderr)
+        written.append({"host": host, "name": manifest["metadata"]["name"], **files})
+    _emit(written, "json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specfleet",
@@ -222,6 +350,61 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("json", "md", "html"), default="md",
                         help="print JSON or Markdown, or the path of the HTML page")
     report.set_defaults(func=cmd_report)
+
+    status = commands.add_parser(
+        "status",
+        help="what each unit serves, its known-good serving and last bench (read over SSH)",
+        description="Read every unit of an inventory over SSH, in parallel: its serving container, its "
+        "release record (current and known-good serving) and the last bench decision kept there. "
+        "Exit code 0 when every unit answered, 1 when some unit was unreachable, 2 for a bad inventory.",
+    )
+    status.add_argument("-i", "--inventory", required=True, help="Ansible inventory of the units")
+    status.add_argument("-l", "--limit", metavar="PATTERN", help="Ansible host pattern, as ansible-playbook --limit")
+    status.add_argument("--format", choices=("table", "json"), default="table")
+    status.add_argument(
+        "--timeout", type=float, default=10.0, metavar="S", help="seconds per unit to connect and read it (default 10)"
+    )
+    status.set_defaults(func=cmd_status)
+
+    kserve = commands.add_parser("kserve", help="KServe InferenceService manifests from plans (seed 002)")
+    kserve_commands = kserve.add_subparsers(dest="kserve_command", required=True)
+    render_isvc = kserve_commands.add_parser(
+        "render",
+        help="write <host>-inferenceservice and <host>-rollback manifests",
+        description="Plan each host as `specfleet plan` does and write an InferenceService with the plan's "
+        "--speculative-config (paths rewritten to where KServe mounts the artifacts) and a rollback "
+        "manifest without it. Exit 2, writing nothing, when any manifest would be malformed.",
+    )
+    render_isvc.add_argument("--facts", action="append", metavar="FILE", help="facts JSON (repeatable)")
+    render_isvc.add_argument("-i", "--inventory", help="Ansible inventory to plan every host of")
+    render_isvc.add_argument("--facts-dir", help="directory of gathered facts, HOST.json per host")
+    render_isvc.add_argument("--model", help="catalog name or Hugging Face repo id (overrides specfleet_model)")
+    render_isvc.add_argument("--policy", metavar="FILE", help="YAML map of specfleet_* variables")
+    render_isvc.add_argument("--host", action="append", metavar="H", help="render only this host (repeatable)")
+    render_isvc.add_argument("--storage-uri", metavar="URI",
+                             help="one storageUri mounted at /mnt/models (n-gram, or an OCI modelcar with both)")
+    render_isvc.add_argument("--storage-uris", action="append", metavar="ROLE=URI",
+                             help="storageUris entry, ROLE target or draft (KServe >= 0.16; repeatable)")
+    render_isvc.add_argument("--mount-path", action="append", metavar="ROLE=PATH",
+                             help="mountPath of a --storage-uris entry (default /mnt/models/ROLE)")
+    render_isvc.add_argument("--pvc", metavar="NAME", help="PVC holding the artifacts, mounted at /mnt/models")
+    render_isvc.add_argument("--target-dir", help="target's directory under /mnt/models (PVC default: repo name)")
+    render_isvc.add_argument("--draft-dir", help="draft's directory under /mnt/models (default: its repo name)")
+    render_isvc.add_argument("--name", help="InferenceService name (one host only; default from the host name)")
+    render_isvc.add_argument("--namespace", help="metadata.namespace")
+    render_isvc.add_argument("--runtime-format", choices=sorted(kserve_module.RUNTIMES), default="vllm",
+                             help="modelFormat and how the model path is passed (default vllm)")
+    render_isvc.add_argument("--runtime", help="ServingRuntime name (spec.predictor.model.runtime)")
+    render_isvc.add_argument("--image", help="container image overriding the runtime's (e.g. a Jetson vLLM image)")
+    render_isvc.add_argument("--gpus", type=int, default=1, help="nvidia.com/gpu limit (default 1)")
+    render_isvc.add_argument("--cpu", help="cpu request and limit")
+    render_isvc.add_argument("--memory", help="memory request and limit (default: a request from the plan)")
+    render_isvc.add_argument("--service-account", help="predictor service account (credentials for storage)")
+    render_isvc.add_argument("--progress-deadline", metavar="DURATION",
+                             help="Knative progress deadline, e.g. 10m (a draft artifact slows cold start)")
+    render_isvc.add_argument("--out", required=True, metavar="DIR", help="directory to write the manifests to")
+    render_isvc.add_argument("--format", choices=("yaml", "json"), default="yaml", help="file format")
+    render_isvc.set_defaults(func=cmd_kserve_render)
 
     from specfleet import fanout_run  # `specfleet distribute` (fan-out of a store)
 

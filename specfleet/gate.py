@@ -25,16 +25,16 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-GATE_DEFAULTS: dict[str, Any] = {
-    "specfleet_gate_min_throughput_gain": 0.30,
-    "specfleet_gate_min_tpot_drop": 0.20,
-    "specfleet_gate_disable_below": 0.10,
-    "specfleet_gate_max_c8_regression": 0.0,
-    "specfleet_gate_workloads": ["code_edit"],
-}
+from specfleet.policy import defaults as policy_defaults
+
 SINGLE = "c1"
 LOADED = "c8"
 MIN_RUNS = 2  # one run per side has no spread: the noise cannot be judged
+
+
+def gate_defaults() -> dict[str, Any]:
+    """The ``specfleet_gate_*`` defaults, from the one place they are documented (policy.yml)."""
+    return {name: value for name, value in policy_defaults().items() if name.startswith("specfleet_gate_")}
 
 
 def _bench(result: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -253,9 +253,10 @@ def decide(baseline: Mapping[str, Any], candidate: Mapping[str, Any], policy: Ma
     deterministic on that server at all and the comparison cannot blame speculation: it
     is reported as inconclusive and does not by itself revert.
     """
-    merged = {**GATE_DEFAULTS, **{k: v for k, v in (policy or {}).items() if k.startswith("specfleet_gate_")}}
+    defaults = gate_defaults()
+    merged = {**defaults, **{k: v for k, v in (policy or {}).items() if k.startswith("specfleet_gate_")}}
     base, cand = _bench(baseline), _bench(candidate)
-    workloads = list(merged["specfleet_gate_workloads"] or GATE_DEFAULTS["specfleet_gate_workloads"])
+    workloads = list(merged["specfleet_gate_workloads"] or defaults["specfleet_gate_workloads"])
     failing: list[str] = []
     passing: list[str] = []
     notes: list[str] = []
@@ -321,5 +322,5 @@ def decide(baseline: Mapping[str, Any], candidate: Mapping[str, Any], policy: Ma
         "checks": checks,
         "output_mismatch": mismatch,
         "gate_workloads": workloads,
-        "thresholds": {k: merged[k] for k in GATE_DEFAULTS},
+        "thresholds": {k: merged[k] for k in defaults},
     }

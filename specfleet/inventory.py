@@ -12,7 +12,7 @@ from specfleet import policy as policy_module
 
 # A host's declared hardware, same shape as `specfleet facts` prints. Lets an organiser
 # plan an event before the units are reachable; the facts play checks units against it.
-EXPECTED_FACTS_VAR = "specfleet_expected_facts"
+EXPECTED_FACTS_VAR = policy_module.EXPECTED_FACTS_VAR
 
 
 def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,8 @@ def image_fits(image: Image, device_class: str, l4t: str, unit_cuda: str | None)
         return False
     if image.l4t_max and _version_key(l4t) > _version_key(image.l4t_max):
         return False
+    if image.cuda is None:
+        return True
     # A CUDA 13 image needs a CUDA 13 driver: never on JetPack 6 (driver 540.x, CUDA 12).
     unit_major = _cuda_major(unit_cuda)
     return unit_major is not None and _cuda_major(image.cuda) <= unit_major
@@ -41,7 +43,11 @@ def image_fits(image: Image, device_class: str, l4t: str, unit_cuda: str | None)
 
 def select_image(catalog: Catalog, device_class: str, l4t: str, unit_cuda: str | None) -> Image | None:
     return next(
-        (image for image in catalog.images if image_fits(image, device_class, l4t, unit_cuda)),
+        (
+            image
+            for image in catalog.images
+            if not image.pin_only and image_fits(image, device_class, l4t, unit_cuda)
+        ),
         None,
     )
 
@@ -92,7 +98,7 @@ def serve_args(
     ]
     if spec_config:
         args += ["--speculative-config", json.dumps(spec_config, separators=(",", ":"))]
-    return args
+    return args + list(policy["specfleet_serve_extra_args"])
 
 
 def _memory_check(
@@ -172,7 +178,18 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
             f"{model.repo} is {model.precision.upper()}, which {device_class} cannot run "
             f"(supports {', '.join(policy['specfleet_class_precisions'].get(device_class, []))})",
         )
-    image = select_image(catalog, device_class, facts["l4t"], facts.get("cuda"))
+    pinned = policy["specfleet_image"]
+    if pinned:
+        # The policy check made sure the name exists; the pin still has to fit the unit.
+        image = catalog.image(pinned)
+        if image is None or not image_fits(image, device_class, facts["l4t"], facts.get("cuda")):
+            return _refused(
+                plan,
+                f"pinned image {pinned!r} (specfleet_image) does not run on {device_class} "
+                f"with L4T {facts['l4t']} (CUDA {facts.get('cuda')})",
+            )
+    else:
+        image = select_image(catalog, device_class, facts["l4t"], facts.get("cuda"))
     if image is None:
         return _refused(
             plan,

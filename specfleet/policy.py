@@ -7,6 +7,7 @@ Validation collects every problem at once so one run shows the user all of them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -19,7 +20,13 @@ from specfleet_unit.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 from specfleet.catalog import Catalog
 
 SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "mxfp4")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "fp32")
+# `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
+# (vLLM takes the last occurrence, so a repeat would silently override the plan).
+PLAN_OWNED_FLAGS = (
+    "--host", "--port", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs", "--seed",
+    "--speculative-config", "--model",
+)
 MIN_SPEC_TOKENS, MAX_SPEC_TOKENS = 1, 16
 
 # Variables whose value is a map keyed by device class; an override merges into the
@@ -91,6 +98,25 @@ def _check_class_map(problems: list[str], name: str, value: Any) -> dict:
                 f"(known: {', '.join(DEVICE_CLASSES)})"
             )
     return dict(value)
+
+
+def _check_image_pin(problems: list[str], pinned: Any, catalog: Catalog) -> None:
+    if pinned is None:
+        return
+    names = [image.name for image in catalog.images]
+    if not isinstance(pinned, str) or pinned not in names:
+        problems.append(f"specfleet_image: must be an image name from images.yml ({', '.join(names)}), got {pinned!r}")
+
+
+def _check_extra_args(problems: list[str], extra: Any) -> None:
+    if not isinstance(extra, list) or not all(isinstance(arg, str) and arg for arg in extra):
+        problems.append(f"specfleet_serve_extra_args: must be a list of non-empty strings, got {extra!r}")
+        return
+    owned = sorted({arg.split("=", 1)[0] for arg in extra} & set(PLAN_OWNED_FLAGS))
+    if owned:
+        problems.append(
+            f"specfleet_serve_extra_args: {', '.join(owned)} is set by the plan; use its specfleet_* variable instead"
+        )
 
 
 def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
@@ -216,6 +242,9 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"specfleet_image_mirror: must be a registry host[:port] without scheme or path, got {mirror!r}"
         )
 
+    _check_image_pin(problems, policy["specfleet_image"], catalog)
+    _check_extra_args(problems, policy["specfleet_serve_extra_args"])
+
     gain = policy["specfleet_gate_min_throughput_gain"]
     if not _is_number(gain) or not 0 <= gain <= 10:
         problems.append(f"specfleet_gate_min_throughput_gain: must be a share 0..10 (0.30 = +30%), got {gain!r}")
@@ -252,3 +281,59 @@ def resolve(overrides: Mapping[str, Any] | None, catalog: Catalog) -> dict[str, 
     if problems:
         raise PolicyError(problems)
     return policy
+
+
+# A host's declared hardware (same shape as `specfleet facts` prints). Not a policy variable
+# (it has no default), but planning reads it, so it is checked with the policy.
+EXPECTED_FACTS_VAR = "specfleet_expected_facts"
+# "36.4.3": what /etc/nv_tegra_release and jetson_facts give; a bare "38.2" is a YAML float.
+_L4T_PATTERN = re.compile(r"^\d+\.\d+\.\d+$")
+_CUDA_PATTERN = re.compile(r"^\d+\.\d+$")
+
+
+def expected_facts_problems(expected: Any) -> list[str]:
+    """What is wrong with a declared ``specfleet_expected_facts``: the plan needs its class,
+    L4T and memory, and the facts play compares class and L4T with the unit's own."""
+    name = EXPECTED_FACTS_VAR
+    if not isinstance(expected, Mapping):
+        return [f"{name}: must be a map of facts (device_class, l4t, memory_mb, ...), got {expected!r}"]
+    problems = [
+        f"{name}.{key}: missing; the plan needs it"
+        for key in ("device_class", "l4t", "memory_mb")
+        if key not in expected
+    ]
+    device_class = expected.get("device_class")
+    if "device_class" in expected and device_class not in DEVICE_CLASSES:
+        problems.append(
+            f"{name}.device_class: unknown device class {device_class!r} (known: {', '.join(DEVICE_CLASSES)})"
+        )
+    l4t = expected.get("l4t")
+    if "l4t" in expected and not (isinstance(l4t, str) and _L4T_PATTERN.match(l4t)):
+        problems.append(f"{name}.l4t: must be an L4T release like '36.4.3' (quoted in YAML), got {l4t!r}")
+    memory = expected.get("memory_mb")
+    if "memory_mb" in expected and (not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0):
+        problems.append(f"{name}.memory_mb: must be a positive integer (MiB), got {memory!r}")
+    cuda = expected.get("cuda")
+    if cuda is not None and not (isinstance(cuda, str) and _CUDA_PATTERN.match(cuda)):
+        problems.append(f"{name}.cuda: must be a CUDA version like '12.6' (quoted in YAML), got {cuda!r}")
+    return problems
+
+
+def class_conflicts(policy: Mapping[str, Any], device_class: str | None) -> list[str]:
+    """Contradictions that only show once the unit's class is known (declared or read).
+
+    Each variable may be fine alone; together they leave a class nothing to do. Only
+    checked for a known class: a fleet-wide method list is right for Thor even when an
+    Orin Nano would deny all of it, so without the class there is no contradiction.
+    """
+    methods = policy.get("specfleet_spec_methods")
+    denied_by_class = policy.get("specfleet_spec_methods_denied")
+    denied = denied_by_class.get(device_class) if isinstance(denied_by_class, Mapping) else None
+    if device_class not in DEVICE_CLASSES or not isinstance(methods, list) or not isinstance(denied, Mapping):
+        return []
+    if methods and all(method in denied for method in methods):
+        return [
+            f"specfleet_spec_methods: every method listed ({', '.join(map(str, methods))}) is denied on "
+            f"{device_class} by specfleet_spec_methods_denied.{device_class}; the unit could never speculate"
+        ]
+    return []

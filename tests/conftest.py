@@ -6,10 +6,12 @@ import importlib
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from specfleet_unit import jetson_identity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +51,34 @@ def facts_file(tmp_path, unit_facts):
         return str(path)
 
     return write
+
+
+LAB_INVENTORY = REPO / "inventory" / "lab"
+
+
+def lab_hosts() -> dict[str, dict]:
+    """Host -> variables of the lab inventory `lab up` wrote, from every group."""
+    data = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
+    found: dict[str, dict] = {}
+
+    def walk(group: dict) -> None:
+        found.update(group.get("hosts") or {})
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    walk(data["all"])
+    return found
+
+
+def on_unit(host: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a shell command on a lab unit over SSH (lab units get new host keys on every up)."""
+    unit = lab_hosts()[host]
+    return subprocess.run(
+        ["ssh", "-i", unit["ansible_ssh_private_key_file"], "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+         f"root@{unit['ansible_host']}", command],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
 
 
 LAB_PROFILE = "mixed"

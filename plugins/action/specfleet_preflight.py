@@ -20,9 +20,14 @@ attributes:
   idempotent: {support: full}
 """
 
+from pathlib import Path
+
+from ansible import constants as C
+from ansible.errors import AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
 
 from specfleet import policy as policy_module
+from specfleet import role_args
 from specfleet.catalog import load_catalog
 
 
@@ -41,6 +46,11 @@ class ActionModule(ActionBase):
         }
         merged = policy_module.merge(overrides)
         problems = policy_module.validate(merged, load_catalog())
+        if policy_module.EXPECTED_FACTS_VAR in task_vars:
+            expected = self._templar.template(task_vars[policy_module.EXPECTED_FACTS_VAR])
+            expected_problems = policy_module.expected_facts_problems(expected)
+            problems += expected_problems or policy_module.class_conflicts(merged, expected.get("device_class"))
+        problems += self._role_variable_problems(task_vars)
         if problems:
             result["failed"] = True
             result["problems"] = problems
@@ -51,3 +61,15 @@ class ActionModule(ActionBase):
         result["changed"] = False
         result["ansible_facts"] = {"specfleet_policy": merged}
         return result
+
+    def _role_variable_problems(self, task_vars: dict) -> list[str]:
+        # Ansible looks for roles beside the playbook first, then in roles_path.
+        roles_dirs = [Path(task_vars.get("playbook_dir", ".")) / "roles", *C.DEFAULT_ROLES_PATH]
+        specs = role_args.load_specs(roles_dirs)
+        values = {}
+        for name in sorted(role_args.variable_names(specs) & set(task_vars)):
+            try:
+                values[name] = self._templar.template(task_vars[name])
+            except AnsibleUndefinedVariable:
+                continue  # a template over facts or the plan: the role checks it at entry
+        return role_args.problems(values, specs)

@@ -7,11 +7,18 @@ Unit-side code, stdlib only (Python 3.10+). Shipped by Ansible as
 file as ``specfleet_unit.spec_bench_client``.
 
 Definitions follow ``vllm bench serve`` (reference/serving-facts.md section 3):
-- TTFT: send time -> first SSE chunk whose delta carries content (role-only or empty
-  chunks do not count).
-- ITL: gaps between successive content chunks (per chunk, not per token: with
+- Token chunk: an SSE chunk with a choice, whatever its text. vLLM sends one per engine
+  output, and its delta text can be empty: the detokenizer holds back an incomplete UTF-8
+  byte sequence, a special token is skipped. Such a chunk still marks when its tokens were
+  made and is counted in usage, so it counts here too (as in `vllm bench serve`). Only a
+  role announcement without content (``delta: {"role": ..., "content": ""}``) and the
+  usage-only chunk (``choices: []``) are not token chunks.
+- TTFT: send time -> first token chunk (vLLM sends the role chunk at the same moment,
+  `vllm bench serve` times that one; a server that announces the role early cannot
+  shorten TTFT here).
+- ITL: gaps between successive token chunks (per chunk, not per token: with
   speculative decoding one chunk carries every token accepted in a step).
-- E2E: send time -> last content chunk (the usage-only chunk does not extend it).
+- E2E: send time -> last token chunk (the usage-only chunk does not extend it).
 - Output tokens: ``usage.completion_tokens`` from the final usage chunk; chunks are never
   counted as tokens.
 - TPOT: (E2E - TTFT) / (output tokens - 1), only for requests with more than one token.
@@ -230,7 +237,7 @@ class StreamState:
     """What one streamed response delivered, fed event by event (pure; times are inputs)."""
 
     sent_at: float
-    chunk_times: list[float] = field(default_factory=list)  # arrival of each content chunk
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each token chunk
     pieces: list[str] = field(default_factory=list)
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
@@ -260,16 +267,25 @@ class StreamState:
             self.completion_tokens = int(usage["completion_tokens"])
             if usage.get("prompt_tokens") is not None:
                 self.prompt_tokens = int(usage["prompt_tokens"])
+        carries_tokens = False
         for choice in event.get("choices") or []:
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta")
-            content = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if isinstance(delta, dict):
+                content = delta.get("content")
+                # Empty text still counts (tokens the detokenizer holds back or skips);
+                # a role announcement without content does not.
+                carries_tokens = carries_tokens or bool(content) or "role" not in delta
+            else:
+                content = choice.get("text")
+                carries_tokens = carries_tokens or content is not None
             if content:
-                self.chunk_times.append(now)
                 self.pieces.append(content)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+        if carries_tokens:
+            self.chunk_times.append(now)
 
     @property
     def text(self) -> str:
@@ -416,7 +432,7 @@ def stream_request(
     except TimeoutError:
         seconds = limit - sent_at
         what = "run deadline" if cut_class == DEADLINE else f"request timeout ({seconds:.1f} s)"
-        phase = f"after {len(state.chunk_times)} content chunks" if state.chunk_times else "before the first token"
+        phase = f"after {len(state.chunk_times)} token chunks" if state.chunk_times else "before the first token"
         return result(ClientError(cut_class, f"{what} reached {phase}"))
     except (OSError, http.client.HTTPException) as exc:
         return result(ClientError(CONNECTION_ERROR, _describe(exc)))

@@ -70,14 +70,36 @@ _SPEC_CONFIG_RE = re.compile(
 READY_LINE = "Application startup complete."
 
 
+# An exception line ("RuntimeError: Insufficient space in /dev/shm ..."), minus vLLM's
+# generic wrappers, which only say that the engine process failed.
+# Only where a traceback puts it: the start of the line, or right after vLLM's log prefix
+# ("(EngineCore pid=24) ERROR 11-22 04:01:58 [core.py:1510] "); not a mention in a warning.
+_EXCEPTION_RE = re.compile(r"(?:^|\] )(?P<cause>[A-Z][\w.]*(?:Error|Exception): \S)")
+_WRAPPERS = ("Engine core initialization failed", "EngineCore failed to start")
+
+
+def root_cause_lines(log: str, count: int = 3) -> list[str]:
+    """The distinct exception lines of a log, first first, without the wrappers."""
+    found: list[str] = []
+    for line in log.splitlines():
+        text = line.strip()
+        match = _EXCEPTION_RE.search(text)
+        if match and not any(w in text for w in _WRAPPERS):
+            cause = text[match.start("cause"):]
+            if cause not in found:
+                found.append(cause)
+    return found[:count]
+
+
 def classify(log: str) -> tuple[str | None, list[str]]:
-    """(failure class, decisive lines) from a server log; (None, []) when nothing matched."""
+    """(failure class, decisive lines) from a server log. With no known cause the class is
+    None and the decisive lines are the log's exception lines (possibly none)."""
     lines = log.splitlines()
     for name, patterns in _COMPILED:
         decisive = [line.strip() for line in lines if any(p.search(line) for p in patterns)]
         if decisive:
             return name, decisive[:5]
-    return None, []
+    return None, root_cause_lines(log)
 
 
 def resolved_spec_config(log: str) -> dict | None:

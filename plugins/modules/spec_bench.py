@@ -16,9 +16,10 @@ description:
     each send every prompt of the set with that many requests in flight. C(/metrics) is
     scraped before and after every measured run; acceptance comes from the
     C(vllm:spec_decode_*_total) counter deltas (null when the server has none).
-  - TTFT is the first chunk with content, ITL the gaps between content chunks, E2E the
-    last content chunk, TPOT (E2E - TTFT) / (tokens - 1) with tokens from the final
-    usage chunk (as C(vllm bench serve)); throughput is output tokens / run wall time.
+  - TTFT is the first token chunk (any chunk with a choice, even with empty text, as the
+    detokenizer may hold a token's text back), ITL the gaps between token chunks, E2E the
+    last token chunk, TPOT (E2E - TTFT) / (tokens - 1) with tokens from the final usage
+    chunk (as C(vllm bench serve)); throughput is output tokens / run wall time.
   - Never sends C(min_p) or C(logit_bias) (a speculative vLLM rejects them).
   - A server that dies, stalls or errors mid-run ends the benchmark with C(bench.ok=false)
     and C(bench.failure) set; the module still returns normally so the playbook decides.

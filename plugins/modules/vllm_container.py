@@ -40,7 +40,10 @@ options:
     type: dict
     default: {}
   secret_env:
-    description: Environment holding secrets (HF_TOKEN, VLLM_API_KEY); never logged or returned.
+    description:
+      - Environment holding secrets (HF_TOKEN, VLLM_API_KEY); never logged or returned.
+      - When C(VLLM_API_KEY) is set (here or in O(env)), vLLM answers 401 on C(/v1/*) without
+        an C(Authorization) bearer header, so the readiness probe sends one.
     type: dict
     default: {}
   mounts:
@@ -183,11 +186,13 @@ def parse_ulimits(limits: dict) -> list:
     return result
 
 
-def probe(port: int, path: str, timeout: float = 3.0) -> tuple[int, bytes]:
-    """(HTTP status, body) of GET path on the local server; (0, b"") when nothing answers."""
+def probe(port: int, path: str, timeout: float = 3.0, api_key: str | None = None) -> tuple[int, bytes]:
+    """(HTTP status, body) of GET path on the local server; (0, b"") when nothing answers.
+    With an API key, /v1/* requests carry it as vLLM's --api-key / VLLM_API_KEY expects."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key and path.startswith("/v1/") else {}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        connection.request("GET", path)
+        connection.request("GET", path, headers=headers)
         response = connection.getresponse()
         return response.status, response.read()
     except (OSError, http.client.HTTPException):
@@ -196,11 +201,16 @@ def probe(port: int, path: str, timeout: float = 3.0) -> tuple[int, bytes]:
         connection.close()
 
 
-def serves(port: int) -> bool:
+def api_key(params: dict) -> str | None:
+    """The key the server requires on /v1/* (VLLM_API_KEY), if any."""
+    return str({**params["env"], **params["secret_env"]}.get("VLLM_API_KEY") or "") or None
+
+
+def serves(port: int, key: str | None = None) -> bool:
     status, _ = probe(port, "/health")
     if status != 200:
         return False
-    status, body = probe(port, "/v1/models")
+    status, body = probe(port, "/v1/models", api_key=key)
     try:
         return status == 200 and bool(json.loads(body).get("data"))
     except ValueError:
@@ -214,7 +224,7 @@ def container_log(container) -> str:
         return ""
 
 
-def wait_until_serving(container, port: int, deadline: float) -> tuple[bool, str | None, str]:
+def wait_until_serving(container, port: int, deadline: float, key: str | None = None) -> tuple[bool, str | None, str]:
     """(ready, failure class, log). Stops waiting as soon as the container exits."""
     while time.monotonic() < deadline:
         container.reload()
@@ -222,7 +232,7 @@ def wait_until_serving(container, port: int, deadline: float) -> tuple[bool, str
             log = container_log(container)
             failure, _ = classify(log)
             return False, failure or "crashed", log
-        if serves(port):
+        if serves(port, key):
             return True, None, container_log(container)
         time.sleep(POLL_SECONDS)
     log = container_log(container)
@@ -306,7 +316,7 @@ def main() -> None:
                       "after": f"{params['name']}: {wanted_hash}\n"}
     running_same = existing is not None and current_hash == wanted_hash and existing.status == "running"
     if running_same:
-        result.update(container_id=existing.id, ready=serves(params["port"]),
+        result.update(container_id=existing.id, ready=serves(params["port"], api_key(params)),
                       resolved_speculative_config=resolved_spec_config(container_log(existing)))
         module.exit_json(**result)
 
@@ -327,7 +337,8 @@ def main() -> None:
         module.fail_json(msg=f"vllm_container: could not start {params['name']}: {exc}",
                          **{**result, "failure_class": failure or "start_failed"})
 
-    ready, failure, log = wait_until_serving(container, params["port"], started_at + params["ready_timeout"])
+    ready, failure, log = wait_until_serving(container, params["port"], started_at + params["ready_timeout"],
+                                             api_key(params))
     result.update(container_id=container.id, ready=ready, resolved_speculative_config=resolved_spec_config(log))
     if ready:
         result["startup_seconds"] = round(time.monotonic() - started_at, 1)

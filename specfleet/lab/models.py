@@ -248,11 +248,19 @@ def generation_config(config: dict[str, Any], family: str) -> dict[str, Any]:
     return data
 
 
+# Catalog repos of the lab's real tiny models: `specfleet lab real-engine` installs their
+# real files from the vLLM-CPU image (specfleet/lab/real_engine.py); no stand-in is made.
+REAL_MODEL_ORG = "specfleet/"
+
+
 def stand_ins(catalog: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{repo, config, generation_config, gated}] for every catalog model and head."""
+    """[{repo, config, generation_config, gated}] for every catalog model and head, except
+    the lab's real tiny models."""
     result = []
     models = list(catalog.get("models") or [])
     for entry in models:
+        if entry["repo"].startswith(REAL_MODEL_ORG):
+            continue
         config = model_config(entry)
         result.append(
             {

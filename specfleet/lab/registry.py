@@ -139,12 +139,13 @@ def start_registry(cfg: LabConfig, state: LabState, timeout: float = 30.0) -> No
         log.info("%s listening on %s (pid %d)", role, addr, proc.pid)
 
 
-def push_engine_images(cfg: LabConfig, refs: list[str]) -> list[str]:
-    """Push the engine image under every real ref's mirror name; return the LAN names."""
+def push_engine_images(cfg: LabConfig, refs: list[str], source: str = ENGINE_LOCAL) -> list[str]:
+    """Push the local image ``source`` (the emulator unless told otherwise) under every real
+    ref's mirror name; return the LAN names."""
     lan = []
     for ref in refs:
         local_name = mirror_ref(ref, f"127.0.0.1:{cfg.registry_port}")
-        docker(cfg, ["tag", ENGINE_LOCAL, local_name])
+        docker(cfg, ["tag", source, local_name])
         try:
             docker(cfg, ["push", local_name], timeout=900)
         finally:

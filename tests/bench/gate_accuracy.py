@@ -165,18 +165,32 @@ def evaluate(cases: list[dict], sigma: float, seed: int = 2024) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for case in cases:
-        matches, reasons = 0, {}
+        matches, reasons, spreads = 0, {}, []
         for _ in range(DECISIONS):
             unit = min(1.25, max(0.8, rng.gauss(1.0, sigma * 0.67)))  # per-unit factor, both sides
-            verdict = decide(synth_bench(case["base"], unit, rng, sigma),
-                             synth_bench(case["cand"], unit, rng, sigma), POLICY)
+            base, cand = synth_bench(case["base"], unit, rng, sigma), synth_bench(case["cand"], unit, rng, sigma)
+            spreads += [bench["results"]["code_edit"]["c1"]["throughput_tok_s"]["spread"] for bench in (base, cand)]
+            verdict = decide(base, cand, POLICY)
             matches += verdict["decision"] == case["truth"]
             if verdict["decision"] != case["truth"]:
                 failed = [c["check"] for c in verdict["checks"] if not c["passed"]] or ["(keep)"]
                 reasons[failed[0]] = reasons.get(failed[0], 0) + 1
+        spread = statistics.median(spreads)
         rows.append({"unit": case["unit"], "speedup": case["speedup"], "truth": case["truth"],
-                     "share": matches / DECISIONS, "wrong_by": reasons})
+                     "share": matches / DECISIONS, "wrong_by": reasons, "margin": margin(case),
+                     "spread": spread, "clear": margin(case) > spread})
     return rows
+
+
+def margin(case: dict) -> float:
+    """How far the noiseless figures sit from the nearest gate threshold (as a share)."""
+    gain = case["speedup"] - 1.0
+    return min(
+        abs(gain - POLICY["specfleet_gate_min_throughput_gain"]),
+        abs(gain - POLICY["specfleet_gate_disable_below"]),
+        abs(case["tpot_drop"] - POLICY["specfleet_gate_min_tpot_drop"]),
+        abs(case["c8_change"] + POLICY["specfleet_gate_max_c8_regression"]),
+    )
 
 
 def main() -> None:
@@ -198,8 +212,15 @@ def main() -> None:
         print(f"noise sigma {sigma} ({label}):")
         for row in rows:
             wrong = f"  wrong by: {row['wrong_by']}" if row["wrong_by"] else ""
-            print(f"  {row['speedup']:.2f}x ({row['truth']}): {row['share'] * 100:5.1f}% match{wrong}")
+            print(f"  {row['speedup']:.2f}x ({row['truth']}): {row['share'] * 100:5.1f}% match; margin to the nearest "
+                  f"threshold {row['margin'] * 100:.1f}% vs run spread {row['spread'] * 100:.1f}% "
+                  f"({'clear' if row['clear'] else 'not clear'}){wrong}")
     rows = results[SIGMA]
+    clear = [row for row in rows if row["clear"]]
+    met = all(row["share"] >= 0.99 for row in clear)
+    report["goal_met"] = met
+    print(f"goal (>= 99% wherever the truth is clear of the thresholds by more than the spread): "
+          f"{'met' if met else 'MISSED'} on {len(clear)} clear case(s) of {len(rows)}")
     total = sum(row["share"] * DECISIONS for row in rows)
     count = DECISIONS * len(rows)
     report["accuracy"] = total / count

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, on_unit
+from tests.conftest import lab_hosts as hosts
 
 pytestmark = pytest.mark.lab
 INVENTORY = REPO / "inventory" / "lab"
@@ -36,28 +36,6 @@ def playbook(name: str, *extra: str, env: dict | None = None) -> subprocess.Comp
         [str(binary), "-i", str(INVENTORY), f"playbooks/{name}", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=3600,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
-    )
-
-
-def hosts() -> dict[str, dict]:
-    data = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
-    found: dict[str, dict] = {}
-
-    def walk(group: dict) -> None:
-        found.update(group.get("hosts") or {})
-        for child in (group.get("children") or {}).values():
-            walk(child or {})
-
-    walk(data["all"])
-    return found
-
-
-def on_unit(host: str, command: str) -> subprocess.CompletedProcess:
-    unit = hosts()[host]
-    return subprocess.run(
-        ["ssh", "-i", unit["ansible_ssh_private_key_file"], "-o", "StrictHostKeyChecking=no",
-         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{unit['ansible_host']}", command],
-        capture_output=True, text=True, timeout=60,
     )
 
 

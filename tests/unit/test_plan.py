@@ -171,3 +171,63 @@ def test_expectation_mismatch():
                                   {"device_class": "thor", "l4t": "36.4.3"}) == [
         "device_class is 'agx_orin', the inventory expects 'thor'"]
     assert expectation_mismatches({"device_class": "thor"}, None) == []
+
+
+LAB_CPU_POLICY = {
+    "specfleet_image": "lab-vllm-cpu-0.32",
+    "specfleet_class_precisions": {"orin_nx": ["fp32"]},
+    "specfleet_max_model_len": {"orin_nx": 1024},
+    "specfleet_serve_extra_args": ["--dtype", "float32", "--enforce-eager"],
+}
+
+
+@pytest.mark.parametrize(
+    ("methods", "expected"),
+    [
+        (["draft_model"], {"method": "draft_model", "model": "specfleet/tiny-llama-draft-copy"}),
+        (["ngram"], {"method": "ngram"}),
+    ],
+)
+def test_pinned_lab_image_serves_the_tiny_model(unit_facts, methods, expected):
+    plan = plan_for(unit_facts("orin-nx-16gb-r36"), "specfleet/tiny-llama", specfleet_spec_methods=methods,
+                    **LAB_CPU_POLICY)
+    assert not plan["refused"], plan["reasons"]
+    assert plan["image"] == "specfleet-lab/vllm-cpu:0.32.0"
+    assert expected.items() <= plan["speculative"].items()
+    # The extra args close both commands, after everything the plan sets.
+    for args in (plan["args"], plan["baseline_args"]):
+        assert args[-3:] == ["--dtype", "float32", "--enforce-eager"]
+        assert args[args.index("--max-model-len") + 1] == "1024"
+
+
+def test_pin_only_image_is_never_matched(unit_facts):
+    for fixture in ("thor-r38", "agx-orin-64gb-r36", "agx-orin-64gb-r39", "orin-nx-16gb-r36"):
+        facts = unit_facts(fixture)
+        image = select_image(CATALOG, facts["device_class"], facts["l4t"], facts.get("cuda"))
+        assert image is not None and not image.pin_only
+
+
+def test_pinned_image_that_does_not_fit_is_refused(unit_facts):
+    # The JetPack 6 image pinned on Thor: the pin names it, the class check still applies.
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_image="jetson-ai-lab-orin-jp6")
+    assert plan["refused"]
+    assert any("pinned image 'jetson-ai-lab-orin-jp6' (specfleet_image) does not run on thor" in r
+               for r in plan["reasons"]), plan["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"specfleet_image": "no-such-image"}, "specfleet_image: must be an image name from images.yml"),
+        ({"specfleet_image": ["lab-vllm-cpu-0.32"]}, "specfleet_image: must be an image name"),
+        ({"specfleet_serve_extra_args": "--enforce-eager"}, "specfleet_serve_extra_args: must be a list"),
+        ({"specfleet_serve_extra_args": ["--enforce-eager", 3]}, "specfleet_serve_extra_args: must be a list"),
+        ({"specfleet_serve_extra_args": ["--port", "9000"]}, "specfleet_serve_extra_args: --port is set by the plan"),
+        ({"specfleet_serve_extra_args": ["--speculative-config={}"]},
+         "specfleet_serve_extra_args: --speculative-config is set by the plan"),
+    ],
+)
+def test_pin_and_extra_args_are_validated(overrides, message):
+    problems = policy_module.validate(policy_module.merge(overrides), CATALOG)
+    assert any(problem.startswith(message) for problem in problems), problems

@@ -72,3 +72,63 @@ def test_all_problems_reported_at_once():
 
 def test_unrelated_inventory_variables_are_ignored():
     assert "ansible_user" not in policy.merge({"ansible_user": "nvidia"})
+
+
+THOR_FACTS = {"device_class": "thor", "l4t": "38.2.0", "memory_mb": 125771, "cuda": "13.0", "jetpack": "7.0"}
+
+
+def test_declared_facts_like_the_inventories_are_valid():
+    assert policy.expected_facts_problems(THOR_FACTS) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "variable"),
+    [
+        ({"device_class": "xavier"}, "specfleet_expected_facts.device_class"),
+        ({"l4t": 38.2}, "specfleet_expected_facts.l4t"),  # unquoted in YAML: a float
+        ({"l4t": "r36.4"}, "specfleet_expected_facts.l4t"),
+        ({"memory_mb": "64G"}, "specfleet_expected_facts.memory_mb"),
+        ({"memory_mb": 0}, "specfleet_expected_facts.memory_mb"),
+        ({"cuda": 13.0}, "specfleet_expected_facts.cuda"),
+        ({"device_class": None}, "specfleet_expected_facts.device_class"),
+    ],
+)
+def test_bad_declared_facts_name_the_key(changes, variable):
+    problems = policy.expected_facts_problems({**THOR_FACTS, **changes})
+    assert [problem.split(":")[0] for problem in problems] == [variable], problems
+
+
+def test_declared_facts_missing_what_the_plan_needs():
+    problems = policy.expected_facts_problems({"device_class": "thor"})
+    assert problems == [
+        "specfleet_expected_facts.l4t: missing; the plan needs it",
+        "specfleet_expected_facts.memory_mb: missing; the plan needs it",
+    ]
+
+
+@pytest.mark.parametrize("declared", ["thor", ["thor"], None, 3])
+def test_declared_facts_must_be_a_map(declared):
+    assert policy.expected_facts_problems(declared)[0].startswith("specfleet_expected_facts: must be a map")
+
+
+def test_only_denied_methods_left_for_the_class_is_a_conflict():
+    merged = policy.merge({"specfleet_spec_methods": ["eagle3"]})
+    assert policy.class_conflicts(merged, "orin_nano") == [
+        "specfleet_spec_methods: every method listed (eagle3) is denied on orin_nano by "
+        "specfleet_spec_methods_denied.orin_nano; the unit could never speculate"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "device_class"),
+    [
+        ({"specfleet_spec_methods": ["eagle3"]}, "thor"),  # allowed there
+        ({"specfleet_spec_methods": ["eagle3"]}, None),  # class not known yet: no contradiction
+        ({"specfleet_spec_methods": ["eagle3"]}, "xavier"),  # the plan refuses unknown classes itself
+        ({}, "orin_nano"),  # defaults: only EAGLE-3 denied, the rest remain
+        ({"specfleet_spec_methods_denied": "nope"}, "orin_nano"),  # validate() reports it; no crash here
+        ({"specfleet_spec_methods": "eagle3"}, "orin_nano"),
+    ],
+)
+def test_no_conflict(overrides, device_class):
+    assert policy.class_conflicts(policy.merge(overrides), device_class) == []

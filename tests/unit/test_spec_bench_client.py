@@ -85,6 +85,39 @@ def test_ttft_is_first_content_chunk_and_tokens_come_from_usage_not_chunks():
     assert result.finish_reason == "length"
 
 
+def test_empty_text_chunks_are_tokens_so_tpot_spans_every_usage_token():
+    # vLLM streams one chunk per engine output; a token whose text the detokenizer holds
+    # back (half a UTF-8 character) or skips (special token) arrives as content "". Usage
+    # counts it, so TTFT and E2E must be timed on it: timing only non-empty chunks made
+    # TPOT = (E2E - TTFT) / (tokens - 1) span fewer tokens than it divides by (issue 5).
+    state = client.StreamState(sent_at=10.0)
+    feed(
+        state,
+        [
+            (10.050, chat_chunk("", role="assistant")),  # role announcement: not a token
+            (10.100, chat_chunk("")),  # first token, text held back: TTFT 100 ms
+            (10.110, chat_chunk("\u00e9")),
+            (10.120, chat_chunk("a")),
+            (10.130, chat_chunk("")),  # skipped special token
+            (10.140, {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),  # last token
+            (10.150, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}),
+            (10.160, "[DONE]"),
+        ],
+    )
+    result = client.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens, state.prompt_tokens,
+                                  state.text, state.finish_reason)
+    assert result.text == "\u00e9a"
+    assert result.ttft_s == pytest.approx(0.100)
+    assert result.e2e_s == pytest.approx(0.140)
+    assert result.itl_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
+    assert result.tpot_s == pytest.approx(0.040 / 4)  # content chunks only would give 0.010 / 4
+    assert result.finish_reason == "length"
+    # A role chunk that already carries text is the first token chunk.
+    state = client.StreamState(sent_at=0.0)
+    feed(state, [(0.2, chat_chunk("Hi", role="assistant")), (0.3, chat_chunk("!"))])
+    assert state.chunk_times == [0.2, 0.3]
+
+
 def test_completions_stream_uses_text_field():
     state = client.StreamState(sent_at=0.0)
     feed(
@@ -222,7 +255,7 @@ def test_stalled_stream_times_out_in_bounded_time(scripted):
     started = time.monotonic()
     result = call(scripted, "stall", timeout=0.4)
     assert result.error_class == client.TIMEOUT
-    assert "after 1 content chunks" in result.error
+    assert "after 1 token chunks" in result.error
     assert time.monotonic() - started < 1.5
     started = time.monotonic()
     result = call(scripted, "stall", timeout=5.0, deadline=time.monotonic() + 0.3)

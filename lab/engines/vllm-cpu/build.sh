@@ -25,6 +25,8 @@ CONTEXT="$REPO/lab/build/vllm-cpu"
 PREPARE_ONLY=0
 # Debian bookworm packages the engine needs beyond minbase + python3.
 DEBS="libnuma1"
+# What the image is made of (specfleet/lab/real_engine.py hashes the same list, in order).
+RECIPE_FILES="Dockerfile install.sh constraints.txt build_tiny_models.py serve.sh"
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -70,9 +72,12 @@ if [[ -z "${DOCKER_HOST:-}" ]]; then
 fi
 docker version --format 'engine {{.Server.Version}}' >/dev/null \
   || { log "no Docker engine reachable (DOCKER_HOST=${DOCKER_HOST:-unset})"; exit 3; }
+# The recipe label tells `specfleet lab real-engine` whether the image is current.
+recipe=$(cd "$HERE" && cat $RECIPE_FILES | sha256sum | cut -d' ' -f1)
 docker build --network none \
   --build-arg "BASE_IMAGE=$BASE_IMAGE" \
   --label "org.specfleet.constraints-sha256=$want" \
+  --label "org.specfleet.vllm-cpu.recipe-sha256=$recipe" \
   -t "$TAG" "$CONTEXT"
 log "built $TAG in $(( $(date +%s) - start )) s"
 docker image inspect "$TAG" --format '{{.Id}} {{.Size}} bytes {{json .Config.Labels}}'

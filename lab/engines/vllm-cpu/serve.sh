@@ -5,7 +5,11 @@
 #
 # Usage:
 #   serve.sh [--venv DIR] [--hf-home DIR] [--host H] [--port N] [--model ID]
-#            [--spec none|ngram|draft-copy|draft-indep] [--k N] [--] [vllm serve args...]
+#            [--spec none|ngram|draft-copy|draft-indep] [--k N] [--compile] [--] [vllm serve args...]
+#
+#   --compile keeps torch.compile on (no --enforce-eager, which is the default here): the
+#   server then compiles at start (110-160 s on 2 cores) and writes its compile cache under
+#   $VLLM_CACHE_ROOT/torch_compile_cache (default ~/.cache/vllm); see tests/bench/prewarm_start.py.
 #
 #   --spec is a shortcut that writes --speculative-config for you:
 #     ngram        {"method":"ngram","num_speculative_tokens":K,"prompt_lookup_min":2,"prompt_lookup_max":5}
@@ -32,6 +36,7 @@ PORT=8000
 MODEL="specfleet/tiny-llama"
 SPEC="none"
 K=3
+EAGER=(--enforce-eager)
 ARGS=()
 
 while [[ $# -gt 0 ]]; do
@@ -43,6 +48,7 @@ while [[ $# -gt 0 ]]; do
     --model) MODEL="$2"; shift 2 ;;
     --spec) SPEC="$2"; shift 2 ;;
     --k) K="$2"; shift 2 ;;
+    --compile) EAGER=(); shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; ARGS+=("$@"); break ;;
     *) ARGS+=("$1"); shift ;;
@@ -74,5 +80,5 @@ echo "serve.sh: HF_HOME=$HF_HOME VLLM_CPU_KVCACHE_SPACE=$VLLM_CPU_KVCACHE_SPACE"
   "vllm serve $MODEL --host $HOST --port $PORT ${ARGS[*]:-}" >&2
 exec "$VENV/bin/vllm" serve "$MODEL" \
   --host "$HOST" --port "$PORT" \
-  --max-model-len 1024 --dtype float32 --enforce-eager \
+  --max-model-len 1024 --dtype float32 "${EAGER[@]}" \
   "${ARGS[@]}"

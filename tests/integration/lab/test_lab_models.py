@@ -33,8 +33,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def catalog_repos() -> list[str]:
+    """Every catalog repo the emulator stands in for (the lab's real tiny models are not)."""
     data = yaml.safe_load(CATALOG.read_text())
-    return [m["repo"] for m in data["models"]] + [h["repo"] for h in data["heads"]]
+    repos = [m["repo"] for m in data["models"]] + [h["repo"] for h in data["heads"]]
+    return [repo for repo in repos if not repo.startswith(models.REAL_MODEL_ORG)]
+
+
+def test_real_tiny_models_get_no_stand_in(store: Path) -> None:
+    assert not list((store / "hub").glob("models--specfleet--*"))
 
 
 def test_every_catalog_repo_has_a_hub_style_stand_in(store: Path) -> None:

@@ -1,0 +1,264 @@
+"""Bad input suite (issue 7): malformed inventories and variables fail before any unit is touched.
+
+Every case writes a two-unit inventory whose hosts point at a closed port (SSH to
+127.0.0.1:1), so a unit that WERE contacted would show up as UNREACHABLE. Each case runs
+the real entry points, ansible-playbook with plan.yml (and some with site.yml or
+rollout.yml) and, where planning reads the variable, `specfleet plan -i`, and checks that
+the run fails, names the variable and the host, and that only the controller-side
+preflight ran.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specfleet import cli
+from tests.conftest import REPO
+
+THOR, NANO = "thor-01", "nano-01"
+PREFLIGHT_TASK = "Validate specfleet policy variables"
+
+# What the inventories in inventory/ declare for these classes; the CLI plans from it.
+EXPECTED = {
+    THOR: {"device_class": "thor", "l4t": "38.2.0", "memory_mb": 125771, "cuda": "13.0"},
+    NANO: {"device_class": "orin_nano", "l4t": "36.4.7", "memory_mb": 7441, "cuda": "12.6"},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    variables: dict[str, Any]  # set on `host`, or on every host when host is None
+    variable: str  # the variable the error must name (a problem line starts with it)
+    message: str  # a fragment of the explanation
+    host: str | None = THOR
+    # Entry points besides plan.yml; the CLI only where planning reads the variable.
+    playbooks: tuple[str, ...] = ()
+    cli: bool = True
+    expected_facts: Any = None  # replaces the host's declaration (any value: bad ones are the point)
+
+    @property
+    def hosts(self) -> list[str]:
+        return [self.host] if self.host else [NANO, THOR]
+
+
+def expect(host: str, **changes: Any) -> dict[str, Any]:
+    return {**EXPECTED[host], **changes}
+
+
+# One case per row reads as the table it is.
+# fmt: off
+CASES = [
+    # Device classes and token counts
+    Case("class-key-unknown", {"specfleet_spec_tokens": {"xavier": 3}},
+         "specfleet_spec_tokens", "unknown device class 'xavier'"),
+    Case("tokens-zero", {"specfleet_spec_tokens": {"thor": 0}},
+         "specfleet_spec_tokens.thor", "must be 1..16, got 0", playbooks=("site.yml",)),
+    Case("tokens-negative", {"specfleet_spec_tokens": {"orin_nano": -2}},
+         "specfleet_spec_tokens.orin_nano", "must be 1..16, got -2", host=NANO),
+    Case("tokens-too-many", {"specfleet_spec_tokens": {"agx_orin": 50}},
+         "specfleet_spec_tokens.agx_orin", "must be 1..16, got 50"),
+    Case("tokens-fractional", {"specfleet_spec_tokens": {"thor": 2.5}},
+         "specfleet_spec_tokens.thor", "must be an integer, got 2.5"),
+    Case("tokens-quoted", {"specfleet_spec_tokens": {"thor": "5"}},
+         "specfleet_spec_tokens.thor", "must be an integer, got '5'"),
+    Case("tokens-not-a-map", {"specfleet_spec_tokens": 5},
+         "specfleet_spec_tokens", "must be a map of device class -> value"),
+    # Methods
+    Case("method-unknown", {"specfleet_spec_methods": ["eagle3", "medusa"]},
+         "specfleet_spec_methods", "unknown method 'medusa'"),
+    Case("methods-string-not-list", {"specfleet_spec_methods": "eagle3"},
+         "specfleet_spec_methods", "must be a non-empty list, got 'eagle3'"),
+    Case("methods-empty", {"specfleet_spec_methods": []},
+         "specfleet_spec_methods", "must be a non-empty list"),
+    Case("method-denied-unknown", {"specfleet_spec_methods_denied": {"thor": {"medusa": "why"}}},
+         "specfleet_spec_methods_denied.thor", "unknown method 'medusa'"),
+    Case("method-only-allowed-is-denied", {"specfleet_spec_methods": ["eagle3"]},
+         "specfleet_spec_methods", "is denied on orin_nano", host=NANO, playbooks=("rollout.yml",)),
+    # Memory
+    Case("gpu-util-above-one", {"specfleet_gpu_memory_utilization": {"thor": 1.2}},
+         "specfleet_gpu_memory_utilization.thor", "must be within 0 < x <= 1, got 1.2"),
+    Case("gpu-util-zero", {"specfleet_gpu_memory_utilization": {"orin_nano": 0}},
+         "specfleet_gpu_memory_utilization.orin_nano", "must be within 0 < x <= 1, got 0", host=NANO),
+    Case("gpu-util-eaten-by-drop", {"specfleet_gpu_memory_utilization": {"thor": 0.04}},
+         "specfleet_spec_memory_drop", "leaves no memory on thor"),
+    Case("kv-cache-negative", {"specfleet_min_kv_cache_gib": -1},
+         "specfleet_min_kv_cache_gib", "must be a number >= 0"),
+    Case("context-not-a-number", {"specfleet_max_model_len": {"thor": "long"}},
+         "specfleet_max_model_len.thor", "must be an integer >= 128"),
+    Case("concurrency-below-bench", {"specfleet_max_num_seqs": 4},
+         "specfleet_max_num_seqs", "must be an integer >= 8"),
+    # Gate thresholds
+    Case("gate-gain-negative", {"specfleet_gate_min_throughput_gain": -0.1},
+         "specfleet_gate_min_throughput_gain", "must be a share 0..10"),
+    Case("gate-tpot-above-one", {"specfleet_gate_min_tpot_drop": 1.5},
+         "specfleet_gate_min_tpot_drop", "must be a share 0 <= x < 1", host=None),
+    Case("gate-c8-wrong-type", {"specfleet_gate_max_c8_regression": "none"},
+         "specfleet_gate_max_c8_regression", "must be a share 0 <= x < 1, got 'none'"),
+    Case("gate-floor-above-gain", {"specfleet_gate_disable_below": 0.5},
+         "specfleet_gate_disable_below", "the gate could never keep speculation"),
+    Case("gate-workload-unknown", {"specfleet_gate_workloads": ["poetry"]},
+         "specfleet_gate_workloads", "unknown workload 'poetry'"),
+    # Model, precision, serving
+    Case("model-unknown", {"specfleet_model": "meta-llama/Llama-9-400B"},
+         "specfleet_model", "unknown model 'meta-llama/Llama-9-400B'", playbooks=("site.yml", "rollout.yml")),
+    Case("model-wrong-type", {"specfleet_model": ["a", "b"]},
+         "specfleet_model", "must be a model name or repo id"),
+    Case("precision-unknown", {"specfleet_class_precisions": {"thor": ["fp3"]}},
+         "specfleet_class_precisions.thor", "must be a list of"),
+    Case("port-out-of-range", {"specfleet_port": 70000},
+         "specfleet_port", "must be a TCP port 1..65535, got 70000"),
+    Case("port-zero", {"specfleet_port": 0},
+         "specfleet_port", "must be a TCP port 1..65535, got 0", host=NANO),
+    Case("seed-not-integer", {"specfleet_seed": "abc"},
+         "specfleet_seed", "must be an integer, got 'abc'"),
+    Case("mirror-with-scheme", {"specfleet_image_mirror": "http://registry.lan:5000"},
+         "specfleet_image_mirror", "without scheme or path"),
+    Case("mirror-trailing-slash", {"specfleet_image_mirror": "registry.lan:5000/"},
+         "specfleet_image_mirror", "without scheme or path"),
+    # Conflicting n-gram window
+    Case("ngram-min-above-max", {"specfleet_ngram_prompt_lookup_min": 6, "specfleet_ngram_prompt_lookup_max": 4},
+         "specfleet_ngram_prompt_lookup_min", "must not exceed specfleet_ngram_prompt_lookup_max"),
+    Case("ngram-min-zero", {"specfleet_ngram_prompt_lookup_min": 0},
+         "specfleet_ngram_prompt_lookup_min", "must be a positive integer, got 0"),
+    # Declared facts (plan before the units are reachable)
+    Case("expected-class-unknown", {}, "specfleet_expected_facts.device_class", "unknown device class 'xavier'",
+         expected_facts=expect(THOR, device_class="xavier"), playbooks=("site.yml",)),
+    Case("expected-l4t-unquoted", {}, "specfleet_expected_facts.l4t", "must be an L4T release like '36.4.3'",
+         expected_facts=expect(THOR, l4t=38.2)),
+    Case("expected-l4t-malformed", {}, "specfleet_expected_facts.l4t", "got 'r36.4'", host=NANO,
+         expected_facts=expect(NANO, l4t="r36.4")),
+    Case("expected-cuda-unquoted", {}, "specfleet_expected_facts.cuda", "must be a CUDA version like '12.6'",
+         expected_facts=expect(THOR, cuda=13.0)),
+    Case("expected-memory-missing", {}, "specfleet_expected_facts.memory_mb", "missing",
+         expected_facts={k: v for k, v in EXPECTED[THOR].items() if k != "memory_mb"}),
+    Case("expected-not-a-map", {}, "specfleet_expected_facts", "must be a map of facts",
+         expected_facts="thor"),
+    # Prepare roles' variables, checked against their meta/argument_specs.yml. The plan
+    # does not read them, so `specfleet plan` has nothing to say about them.
+    Case("role-int-wrong-type", {"specfleet_hf_cache_min_free_bytes": "lots"},
+         "specfleet_hf_cache_min_free_bytes", "unable to convert to int", cli=False, playbooks=("site.yml",)),
+    Case("role-bool-wrong-type", {"specfleet_docker_gpu_smoke_test": "maybe"},
+         "specfleet_docker_gpu_smoke_test", "unable to convert to bool", cli=False),
+    Case("role-choice-unknown", {"specfleet_image_source": "s3"},
+         "specfleet_image_source", "must be one of: registry, tarball, got: s3", cli=False),
+    Case("role-dict-not-list", {"specfleet_docker_users": {"nvidia": True}},
+         "specfleet_docker_users", "unable to convert to list", cli=False),
+    Case("role-nested-missing-key", {"specfleet_tiktoken_encodings": [{"name": "o200k_base"}]},
+         "specfleet_tiktoken_encodings", "missing required arguments: sha256", cli=False),
+    Case("role-store-missing", {"specfleet_hf_cache_store": "/nonexistent/hf-store"},
+         "specfleet_hf_cache_store", "/nonexistent/hf-store is not a directory on the controller",
+         cli=False, playbooks=("site.yml",)),
+    Case("role-image-without-tag", {"specfleet_docker_gpu_smoke_image": "nvcr.io/nvidia/l4t-base"},
+         "specfleet_docker_gpu_smoke_image", "has no tag or digest", cli=False),
+    Case("role-smoke-test-without-image", {"specfleet_docker_gpu_smoke_test": True},
+         "specfleet_docker_gpu_smoke_test", "specfleet_docker_gpu_smoke_image is empty", cli=False),
+]
+# fmt: on
+
+
+def write_inventory(directory: Path, case: Case) -> Path:
+    """Two units behind a closed port: contacting one would print UNREACHABLE."""
+    hosts: dict[str, dict[str, Any]] = {
+        host: {"specfleet_expected_facts": dict(facts)} for host, facts in EXPECTED.items()
+    }
+    group_vars: dict[str, Any] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
+    if case.host is None:
+        group_vars.update(case.variables)
+    else:
+        hosts[case.host].update(case.variables)
+    if case.expected_facts is not None:
+        hosts[case.host or THOR]["specfleet_expected_facts"] = case.expected_facts
+    path = directory / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"vars": group_vars, "hosts": hosts}}, sort_keys=False))
+    return path
+
+
+def run(command: list[str], runs_dir: Path) -> subprocess.CompletedProcess:
+    # SPECFLEET_RUNS_DIR: the summary callback must not pick up someone else's rollout run.
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "SPECFLEET_RUNS_DIR": str(runs_dir)}
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+
+
+def problem_line(variable: str, message: str) -> str:
+    """A problem as policy.py and role_args.py word it: VARIABLE[.key]: ... message ..."""
+    return rf"{re.escape(variable)}: .*{re.escape(message)}"
+
+
+PLAYBOOK_RUNS = [
+    pytest.param(case, playbook, id=f"{case.id}-{playbook.removesuffix('.yml')}")
+    for case in CASES
+    for playbook in ("plan.yml", *case.playbooks)
+]
+
+
+@pytest.mark.parametrize(("case", "playbook"), PLAYBOOK_RUNS)
+def test_playbook_refuses_before_touching_a_unit(case: Case, playbook: str, tmp_path: Path):
+    inventory = write_inventory(tmp_path, case)
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    result = run([str(binary), "-i", str(inventory), f"playbooks/{playbook}"], tmp_path / "runs")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    for host in case.hosts:
+        # The preflight prints one "  - HOST: VARIABLE: ..." line per problem.
+        assert re.search(rf"- {re.escape(host)}: " + problem_line(case.variable, case.message), out), out
+    # Nothing but the controller-side preflight ran: no unit was contacted, let alone changed.
+    assert set(re.findall(r"^TASK \[(.+?)\]", out, re.MULTILINE)) == {PREFLIGHT_TASK}, out
+    assert "UNREACHABLE" not in out and "Gathering Facts" not in out, out
+    assert re.findall(r"unreachable=(\d+)", out) == ["0", "0"], out
+
+
+CLI_RUNS = [pytest.param(case, id=case.id) for case in CASES if case.cli]
+
+
+@pytest.mark.parametrize("case", CLI_RUNS)
+def test_cli_plan_exits_2_naming_variable_and_host(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture):
+    inventory = write_inventory(tmp_path, case)
+    # In process: the same main() the `specfleet` script calls, without paying ~1 s of
+    # interpreter and Ansible start-up per case (tests/unit/test_cli.py runs the script).
+    code = cli.main(["plan", "-i", str(inventory)])
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_BAD_INPUT, out + err
+    assert out == "", "nothing may be planned"
+    # One line per distinct problem, "VARIABLE: ... [host: h1, h2]".
+    hosts = ", ".join(sorted(case.hosts))
+    assert re.search(problem_line(case.variable, case.message) + rf".*\[host: {re.escape(hosts)}\]", err), err
+
+
+def test_control_a_valid_inventory_does_reach_the_units(tmp_path: Path):
+    """The harness can see contact: the same inventory without the bad input gets past the
+    preflight and its units come out UNREACHABLE (else every case above would prove nothing)."""
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    result = run([str(binary), "-i", str(inventory), "playbooks/plan.yml"], tmp_path / "runs")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "Read the unit's identity" in out and "UNREACHABLE" in out, out
+
+
+def test_every_category_of_issue_7_has_cases():
+    ids = {case.id for case in CASES}
+    assert len(ids) == len(CASES) >= 25
+    for prefix in (
+        "class-",
+        "tokens-",
+        "gate-",
+        "gpu-util-",
+        "model-unknown",
+        "mirror-",
+        "expected-",
+        "role-",
+        "role-store-missing",
+        "ngram-min-above-max",
+        "method-only-allowed-is-denied",
+    ):
+        assert any(case_id.startswith(prefix) for case_id in ids), prefix

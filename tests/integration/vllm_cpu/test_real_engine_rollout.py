@@ -1,0 +1,139 @@
+"""The rollout on the REAL vLLM: two lab units pinned to vLLM 0.32 on CPU (tiny models).
+
+Same playbooks, same modules, same gate as every emulated unit; only the engine image and
+the model differ (`specfleet lab real-engine`). One unit speculates with draft_model (a copy
+of the target: every draft accepted), one with ngram. The decisions must follow from the
+measured figures, and the acceptance the bench reports must be what the server's /metrics
+counted. Slow: builds the engine image once (minutes) and starts real vLLM servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from specfleet_unit.spec_bench_client import spec_decode_counters
+
+from specfleet import gate
+from specfleet import policy as policy_module
+from tests.conftest import REPO
+from tests.integration.test_rollout_lab import INVENTORY, on_unit, playbook
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+PINS = {"orinnx-01": "draft_model", "orinnano-01": "ngram"}
+
+
+def specfleet(*args: str) -> subprocess.CompletedProcess:
+    binary = Path(sys.executable).with_name("specfleet")
+    return subprocess.run([str(binary), *args], cwd=REPO, capture_output=True, text=True, timeout=3600)
+
+
+@pytest.fixture(scope="module")
+def real_rollout(fleet_lab, tmp_path_factory):
+    pinned = specfleet("lab", "real-engine", *(f"{unit}={method}" for unit, method in PINS.items()))
+    assert pinned.returncode == 0, pinned.stderr[-3000:]
+    try:
+        runs = tmp_path_factory.mktemp("runs")
+        limit = ",".join(PINS)
+        prepared = playbook("prepare.yml", "-l", limit)
+        assert prepared.returncode == 0, prepared.stdout[-6000:]
+        # Measure afresh even when an earlier run decided for the same candidates.
+        result = playbook("rollout.yml", "-l", limit, "-e", f"specfleet_runs_dir={runs}",
+                          "-e", "specfleet_rollout_remeasure=true", env={"SPECFLEET_RUNS_DIR": str(runs)})
+        run_dir = next(runs.iterdir())
+        records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
+        yield {"result": result, "records": records}
+    finally:
+        # Back on the emulator, serving its known-good baseline again on the next rollout.
+        specfleet("lab", "real-engine", "--off", *PINS)
+
+
+def test_units_ran_the_real_engine(real_rollout):
+    for unit in PINS:
+        record = real_rollout["records"][unit]
+        assert "vllm-cpu" in record["image"], record
+        version = on_unit(unit, "python3 -c \"import urllib.request as u;"
+                                "print(u.urlopen('http://127.0.0.1:8000/version').read().decode())\"")
+        assert json.loads(version.stdout)["version"] == "0.32.0", version.stdout + version.stderr
+
+
+@pytest.mark.parametrize("unit", sorted(PINS))
+def test_decision_follows_the_measurements(real_rollout, unit):
+    record = real_rollout["records"][unit]
+    assert record["method"] == PINS[unit]
+    assert record["decision"] in ("kept", "reverted"), record["reasons"]
+    # The gate, applied afresh to the figures the unit measured, decides the same.
+    again = gate.decide(record["baseline"], record["speculative"], policy_module.defaults())
+    assert {"keep": "kept", "revert": "reverted"}[again["decision"]] == record["decision"], (again, record["reasons"])
+
+
+def test_draft_copy_accepts_every_draft(real_rollout):
+    # Whether it is kept depends on the measured speed (two CPU cores, shared); that the
+    # verifier accepts every token of a byte-identical drafter does not.
+    record = real_rollout["records"]["orinnx-01"]
+    acceptance = record["speculative"]["results"]["code_edit"]["c1"]["acceptance"]
+    assert acceptance["rate"] == pytest.approx(1.0), acceptance
+    assert acceptance["mean_length"] == pytest.approx(1.0 + 3), acceptance
+
+
+def metrics(unit: str, port: int) -> dict:
+    text = on_unit(unit, "python3 -c \"import urllib.request as u;"
+                         f"print(u.urlopen('http://127.0.0.1:{port}/metrics').read().decode())\"").stdout
+    counters = spec_decode_counters(text)
+    assert counters is not None, text[-2000:]
+    return counters
+
+
+CHECK_PORT = 8001
+CHECK_CONTAINER = "sf-acceptance-check"
+
+
+@pytest.fixture
+def ngram_server(real_rollout):
+    """The ngram plan's speculative server again, beside the unit's serving (which the gate
+    put back on the baseline): a second real vLLM on another port, removed afterwards."""
+    unit = "orinnano-01"
+    image = real_rollout["records"][unit]["image"]
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    started = on_unit(unit, (
+        f"docker rm -f {CHECK_CONTAINER} >/dev/null 2>&1; docker run -d --name {CHECK_CONTAINER} --network host "
+        "--ipc host -v /var/lib/specfleet/huggingface:/root/.cache/huggingface -e HF_HUB_OFFLINE=1 "
+        f"--entrypoint vllm {image} serve specfleet/tiny-llama --port {CHECK_PORT} --seed 42 --dtype float32 "
+        f"--enforce-eager --max-model-len 1024 --speculative-config '{spec}'"
+    ))
+    assert started.returncode == 0, started.stderr
+    try:
+        ready = on_unit(unit, "for i in $(seq 300); do python3 -c \"import urllib.request as u;"
+                              f"u.urlopen('http://127.0.0.1:{CHECK_PORT}/health')\" 2>/dev/null && exit 0; "
+                              "sleep 2; done; exit 1", timeout=700)
+        assert ready.returncode == 0, on_unit(unit, f"docker logs --tail 30 {CHECK_CONTAINER}").stdout
+        yield unit
+    finally:
+        on_unit(unit, f"docker rm -f {CHECK_CONTAINER}")
+
+
+def test_reported_acceptance_is_what_metrics_counted(ngram_server):
+    # One measured run, no warm-ups: the counter deltas the bench reports must equal what
+    # the server's /metrics counted between before and after.
+    unit = ngram_server
+    before = metrics(unit, CHECK_PORT)
+    binary = Path(sys.executable).with_name("ansible")
+    bench = subprocess.run(
+        [str(binary), "-i", str(INVENTORY), unit, "-m", "spec_bench",
+         "-a", json.dumps({"url": f"http://127.0.0.1:{CHECK_PORT}", "label": "check", "warmups": 0,
+                           "repetitions": 1, "concurrency": [1], "workloads": ["code_edit"], "max_tokens": 64})],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+    )
+    assert bench.returncode == 0, bench.stdout[-3000:]
+    result = json.loads(bench.stdout.split("=>", 1)[1])["bench"]
+    after = metrics(unit, CHECK_PORT)
+    reported = result["results"]["code_edit"]["c1"]["acceptance"]
+    assert reported["draft_tokens"] == int(after["draft_tokens"] - before["draft_tokens"]) > 0
+    assert reported["accepted"] == int(after["accepted"] - before["accepted"])
+    assert reported["rate"] == pytest.approx(
+        (after["accepted"] - before["accepted"]) / (after["draft_tokens"] - before["draft_tokens"]), abs=1e-6)
