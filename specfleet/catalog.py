@@ -43,12 +43,19 @@ class Image:
     # CUDA the image was built for; None for an image that needs no GPU (the lab's vLLM-CPU).
     cuda: str | None
     classes: tuple[str, ...]
-    l4t_min: str
+    # None for an image of a class without L4T (DGX Spark runs DGX OS).
+    l4t_min: str | None
     l4t_max: str | None
     methods: tuple[str, ...]
     source: str
     # Chosen only when a unit pins it by name (policy `specfleet_image`), never by matching.
     pin_only: bool = False
+    # Serving engine: "vllm" (`vllm serve`) or "trtllm" (`trtllm-serve`, pytorch backend).
+    backend: str = "vllm"
+    trtllm_version: str | None = None
+    # What this TensorRT-LLM calls EAGLE-3 in speculative_config.decoding_type: "Eagle3" in
+    # current docs, "Eagle" (still accepted as an alias) in older releases such as seed 004's.
+    trtllm_eagle3_decoding_type: str = "Eagle3"
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     plans = plan_fleet(units, policies, catalog)
     _emit(plans, args.format, render.plan_table(plans))
+    details = render.trtllm_details(plans) if args.format == "table" else ""
+    if details:  # TensorRT-LLM plans only: their options YAML is part of what they serve
+        print(details)
     return 0
 
 

@@ -8,11 +8,12 @@ report shows to the user.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from specfleet_unit.jetson_identity import DEVICE_CLASSES
+from specfleet_unit.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 
+from specfleet import plan_trtllm
 from specfleet.catalog import Catalog, Image, Model
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
@@ -27,10 +28,14 @@ def _cuda_major(version: str | None) -> int | None:
     return int(version.split(".")[0]) if version else None
 
 
-def image_fits(image: Image, device_class: str, l4t: str, unit_cuda: str | None) -> bool:
+def image_fits(image: Image, device_class: str, l4t: str | None, unit_cuda: str | None) -> bool:
     if device_class not in image.classes:
         return False
-    if _version_key(l4t) < _version_key(image.l4t_min):
+    if image.l4t_min is None:
+        pass  # an image for a class without L4T (DGX Spark): class and CUDA decide
+    elif l4t is None:
+        return False
+    elif _version_key(l4t) < _version_key(image.l4t_min):
         return False
     if image.l4t_max and _version_key(l4t) > _version_key(image.l4t_max):
         return False
@@ -41,7 +46,7 @@ def image_fits(image: Image, device_class: str, l4t: str, unit_cuda: str | None)
     return unit_major is not None and _cuda_major(image.cuda) <= unit_major
 
 
-def select_image(catalog: Catalog, device_class: str, l4t: str, unit_cuda: str | None) -> Image | None:
+def select_image(catalog: Catalog, device_class: str, l4t: str | None, unit_cuda: str | None) -> Image | None:
     return next(
         (
             image
@@ -141,6 +146,31 @@ def _speculator(method: str, model: Model, catalog: Catalog) -> tuple[str | None
     return None, 0.0, f"no draft model with {model.repo}'s tokenizer in the catalog"
 
 
+def _candidate_methods(
+    plan: dict, model: Model, policy: Mapping, catalog: Catalog, image: Image
+) -> Iterator[tuple[str, str, str | None, float]]:
+    """(method, label, artifact repo, its GiB) in the policy's order of preference, for the
+    methods the class allows, the image runs and the catalog has an artifact for; the reason
+    each other one is skipped goes into the plan. Memory is the caller's (engines differ)."""
+    device_class = plan["device_class"]
+    denied = policy["specfleet_spec_methods_denied"].get(device_class, {})
+    for method in policy["specfleet_spec_methods"]:
+        label = METHOD_LABELS[method]
+        artifact, artifact_gib, unavailable = _speculator(method, model, catalog)
+        if method == "mtp" and unavailable:
+            continue  # MTP is a property of the model; lacking it is no downgrade
+        if method in denied:
+            plan["reasons"].append(f"{label} not allowed on {device_class}: {denied[method]}")
+            continue
+        if method not in image.methods:
+            plan["reasons"].append(f"{label} not supported by {image.ref}")
+            continue
+        if unavailable:
+            plan["reasons"].append(f"{label} skipped: {unavailable}")
+            continue
+        yield method, label, artifact, artifact_gib
+
+
 def _refused(base: dict, reason: str) -> dict:
     base["refused"] = True
     base["reasons"].append(reason)
@@ -178,6 +208,8 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
             f"{model.repo} is {model.precision.upper()}, which {device_class} cannot run "
             f"(supports {', '.join(policy['specfleet_class_precisions'].get(device_class, []))})",
         )
+    if device_class in NON_L4T_CLASSES:
+        return _plan_trtllm(plan, facts, model, policy, catalog)
     pinned = policy["specfleet_image"]
     if pinned:
         # The policy check made sure the name exists; the pin still has to fit the unit.
@@ -220,21 +252,7 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
 
     spec_util = round(baseline_util - policy["specfleet_spec_memory_drop"], 2)
     tokens = policy["specfleet_spec_tokens"][device_class]
-    denied = policy["specfleet_spec_methods_denied"].get(device_class, {})
-    for method in policy["specfleet_spec_methods"]:
-        label = METHOD_LABELS[method]
-        artifact, artifact_gib, unavailable = _speculator(method, model, catalog)
-        if method == "mtp" and unavailable:
-            continue  # MTP is a property of the model; lacking it is no downgrade
-        if method in denied:
-            plan["reasons"].append(f"{label} not allowed on {device_class}: {denied[method]}")
-            continue
-        if method not in image.methods:
-            plan["reasons"].append(f"{label} not supported by {image.ref}")
-            continue
-        if unavailable:
-            plan["reasons"].append(f"{label} skipped: {unavailable}")
-            continue
+    for method, label, artifact, artifact_gib in _candidate_methods(plan, model, policy, catalog, image):
         what = f"{model.repo} + {artifact or label} (+{kv_gib:.2f} GiB KV)"
         problem = _memory_check(what, baseline_need + artifact_gib, spec_util, unit_gib, policy)
         if problem:
@@ -248,6 +266,106 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
     plan["gpu_memory_utilization"] = baseline_util
+    plan["args"] = plan["baseline_args"]
+    return plan
+
+
+def _spec_tokens(policy: Mapping, device_class: str, method: str) -> int:
+    by_method = policy["specfleet_spec_tokens_by_method"].get(device_class) or {}
+    return by_method.get(method, policy["specfleet_spec_tokens"][device_class])
+
+
+def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> dict:
+    """A DGX Spark plan: TensorRT-LLM (`trtllm-serve`), speculation in an options YAML.
+
+    Same decisions as a Jetson plan (method order, denials, artifacts, memory, reasons);
+    what differs is how they are told to the engine and how its memory is sized: the KV
+    cache takes a fraction of what is free after the weights, so there is no utilisation
+    drop when speculating (seed 004 uses 0.9 for every variant).
+    """
+    device_class = plan["device_class"]
+    cuda = facts.get("cuda")
+    pinned = policy["specfleet_image"]
+    image = catalog.image(pinned) if pinned else select_image(catalog, device_class, None, cuda)
+    if image is None or not image_fits(image, device_class, None, cuda) or image.backend != "trtllm":
+        why = "the NVIDIA driver version was not read, so its CUDA is unknown" if cuda is None else f"CUDA {cuda}"
+        what = f"pinned image {pinned!r} (specfleet_image)" if pinned else "no TensorRT-LLM image"
+        return _refused(plan, f"{what} for {device_class} ({why})")
+    plan.update(
+        backend=image.backend,
+        trtllm_version=image.trtllm_version,
+        image=mirrored(image.ref, policy["specfleet_image_mirror"]),
+        image_digest=image.digest,
+        kv_cache_free_gpu_memory_fraction=None,
+        extra_llm_api_options=None,
+        baseline_extra_llm_api_options=None,
+        extra_llm_api_options_path=plan_trtllm.OPTIONS_PATHS["speculative"],
+        baseline_extra_llm_api_options_path=plan_trtllm.OPTIONS_PATHS["baseline"],
+        speculator=None,
+        spec_method=None,
+    )
+    if image.digest is None:
+        plan["notes"].append(f"{image.ref} is a mutable tag with no pinned digest")
+
+    unit_gib = facts["memory_mb"] * GIB_PER_MIB
+    kv_gib = policy["specfleet_min_kv_cache_gib"]
+    headroom = policy["specfleet_memory_headroom_gib"]
+    fraction = policy["specfleet_gpu_memory_utilization"][device_class]
+    max_batch = policy["specfleet_trtllm_max_batch_size"]
+    plan["kv_cache_free_gpu_memory_fraction"] = fraction
+    plan["memory"] = {
+        "unit_gib": round(unit_gib, 2),
+        "target_gib": model.weights_gib,
+        "min_kv_gib": kv_gib,
+        "headroom_gib": headroom,
+        "speculator_gib": 0.0,
+        "kv_cache_gib": plan_trtllm.kv_cache_gib(model.weights_gib, fraction, unit_gib),
+    }
+    problem = plan_trtllm.memory_problem(model.repo, model.weights_gib, fraction, unit_gib, kv_gib, headroom)
+    if problem:
+        return _refused(plan, f"does not fit: {problem}")
+    baseline_path = plan_trtllm.OPTIONS_PATHS["baseline"]
+    plan["baseline_args"] = plan_trtllm.serve_args(model.repo, policy, device_class, baseline_path)
+    if max_batch == 1:
+        plan["notes"].append(
+            "trtllm max_batch_size 1 (seed 004): concurrent requests queue in the server; "
+            "set specfleet_trtllm_max_batch_size to measure batching"
+        )
+    if model.needs_tiktoken:
+        plan["notes"].append(
+            f"{model.repo} loads o200k_base/cl100k_base: set TIKTOKEN_ENCODINGS_BASE to a directory holding them "
+            "(seed 004)"
+        )
+
+    for method, label, artifact, artifact_gib in _candidate_methods(plan, model, policy, catalog, image):
+        weights = model.weights_gib + artifact_gib
+        problem = plan_trtllm.memory_problem(
+            f"{model.repo} + {artifact or label}", weights, fraction, unit_gib, kv_gib, headroom
+        )
+        if problem:
+            plan["reasons"].append(f"{label} does not fit on {device_class}: {problem}")
+            continue
+        tokens = _spec_tokens(policy, device_class, method)
+        spec = plan_trtllm.speculative_config(method, artifact, tokens, policy, image.trtllm_eagle3_decoding_type)
+        options = plan_trtllm.extra_llm_api_options(method, spec, fraction, max_batch)
+        plan["speculative"] = spec
+        plan["spec_method"] = method
+        plan["memory"]["speculator_gib"] = artifact_gib
+        plan["memory"]["kv_cache_gib"] = plan_trtllm.kv_cache_gib(weights, fraction, unit_gib)
+        plan["extra_llm_api_options"] = options
+        plan["baseline_extra_llm_api_options"] = plan_trtllm.baseline_options(options)
+        if artifact:
+            plan["speculator"] = {"repo": artifact, "dir": plan_trtllm.speculator_dir(artifact)}
+        plan["args"] = plan_trtllm.serve_args(
+            model.repo, policy, device_class, plan_trtllm.OPTIONS_PATHS["speculative"]
+        )
+        return plan
+
+    plan["reasons"].append("no speculative method fits: serving the baseline only")
+    baseline = plan_trtllm.extra_llm_api_options(None, None, fraction, max_batch)
+    plan["baseline_extra_llm_api_options"] = baseline
+    plan["extra_llm_api_options"] = baseline
+    plan["extra_llm_api_options_path"] = baseline_path
     plan["args"] = plan["baseline_args"]
     return plan
 

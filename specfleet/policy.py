@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from specfleet_unit.jetson_identity import DEVICE_CLASSES
+from specfleet_unit.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 from specfleet_unit.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 
 from specfleet.catalog import Catalog
@@ -33,6 +33,7 @@ MIN_SPEC_TOKENS, MAX_SPEC_TOKENS = 1, 16
 # default map class by class instead of replacing it.
 PER_CLASS = (
     "specfleet_spec_tokens",
+    "specfleet_spec_tokens_by_method",
     "specfleet_gpu_memory_utilization",
     "specfleet_max_model_len",
     "specfleet_class_precisions",
@@ -170,6 +171,24 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
                 f"got {count}"
             )
 
+    by_method = _check_class_map(
+        problems, "specfleet_spec_tokens_by_method", policy["specfleet_spec_tokens_by_method"]
+    )
+    for device_class, entries in by_method.items():
+        if not isinstance(entries, Mapping):
+            problems.append(f"specfleet_spec_tokens_by_method.{device_class}: must map method -> token count")
+            continue
+        for method, count in entries.items():
+            name = f"specfleet_spec_tokens_by_method.{device_class}.{method}"
+            if method not in SPEC_METHODS:
+                problems.append(f"{name}: unknown method {method!r} (known: {', '.join(SPEC_METHODS)})")
+            elif type(count) is not int or not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
+                problems.append(f"{name}: must be an integer {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {count!r}")
+
+    batch = policy["specfleet_trtllm_max_batch_size"]
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        problems.append(f"specfleet_trtllm_max_batch_size: must be a positive integer, got {batch!r}")
+
     lookup_min = policy["specfleet_ngram_prompt_lookup_min"]
     lookup_max = policy["specfleet_ngram_prompt_lookup_max"]
     for name, value in (
@@ -297,18 +316,19 @@ def expected_facts_problems(expected: Any) -> list[str]:
     name = EXPECTED_FACTS_VAR
     if not isinstance(expected, Mapping):
         return [f"{name}: must be a map of facts (device_class, l4t, memory_mb, ...), got {expected!r}"]
-    problems = [
-        f"{name}.{key}: missing; the plan needs it"
-        for key in ("device_class", "l4t", "memory_mb")
-        if key not in expected
-    ]
     device_class = expected.get("device_class")
+    # A DGX Spark runs DGX OS: it has no L4T release, so none is required (null if given).
+    needed = ("device_class", "memory_mb") if device_class in NON_L4T_CLASSES else ("device_class", "l4t", "memory_mb")
+    problems = [f"{name}.{key}: missing; the plan needs it" for key in needed if key not in expected]
     if "device_class" in expected and device_class not in DEVICE_CLASSES:
         problems.append(
             f"{name}.device_class: unknown device class {device_class!r} (known: {', '.join(DEVICE_CLASSES)})"
         )
     l4t = expected.get("l4t")
-    if "l4t" in expected and not (isinstance(l4t, str) and _L4T_PATTERN.match(l4t)):
+    if device_class in NON_L4T_CLASSES:
+        if l4t is not None:
+            problems.append(f"{name}.l4t: {device_class} runs no L4T; leave it out or null, got {l4t!r}")
+    elif "l4t" in expected and not (isinstance(l4t, str) and _L4T_PATTERN.match(l4t)):
         problems.append(f"{name}.l4t: must be an L4T release like '36.4.3' (quoted in YAML), got {l4t!r}")
     memory = expected.get("memory_mb")
     if "memory_mb" in expected and (not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0):

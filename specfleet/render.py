@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -14,22 +16,57 @@ def plan_table(plans: Sequence[dict]) -> Table:
         table.add_column(column, overflow="fold")
     for plan in plans:
         spec = plan["speculative"] or {}
+        trtllm = plan.get("backend") == "trtllm"
         if plan["refused"]:
             method = "[red]REFUSED[/red]"
+        elif trtllm:
+            method = f"{plan.get('spec_method') or 'none'} (trtllm {spec.get('decoding_type', '-')})"
         else:
             method = spec.get("method", "none")
         util = plan["gpu_memory_utilization"]
+        # TensorRT-LLM has no utilisation cap: show its KV share of the memory left after weights.
+        kv_fraction = plan.get("kv_cache_free_gpu_memory_fraction")
+        shown_util = f"kv {kv_fraction:.2f}" if trtllm and kv_fraction is not None else (
+            f"{util:.2f}" if util is not None else "-"
+        )
+        tokens = spec.get("max_draft_len", "-") if trtllm else spec.get("num_speculative_tokens", "-")
         table.add_row(
             plan["host"],
             plan["device_class"],
             plan.get("l4t") or "-",
             plan["image"] or "-",
             method,
-            str(spec.get("num_speculative_tokens", "-")),
-            f"{util:.2f}" if util is not None else "-",
+            str(tokens),
+            shown_util,
             "; ".join(plan["reasons"]) or "-",
         )
     return table
+
+
+def trtllm_details(plans: Sequence[dict]) -> str:
+    """For each TensorRT-LLM plan: its commands and the options YAML files they name.
+
+    Printed after the plan table: for vLLM the whole config is in the argv, for TensorRT-LLM
+    half of it (speculation, KV share, CUDA graphs) is in the YAML, so a table alone would
+    hide what the unit will serve. Jetson-only plans print nothing here.
+    """
+    blocks = []
+    for plan in plans:
+        if plan.get("backend") != "trtllm" or plan["refused"]:
+            continue
+        lines = [f"# {plan['host']}: {plan['device_class']}, {plan['image']}"]
+        variants = [("speculative", "args", "extra_llm_api_options", "extra_llm_api_options_path")]
+        if plan["args"] != plan["baseline_args"]:
+            variants.append(("baseline", "baseline_args", "baseline_extra_llm_api_options",
+                             "baseline_extra_llm_api_options_path"))
+        else:
+            variants = [("baseline only", "args", "extra_llm_api_options", "extra_llm_api_options_path")]
+        for label, args_key, options_key, path_key in variants:
+            lines.append(f"## {label}: {shlex.join(plan[args_key])}")
+            lines.append(f"# {plan[path_key]}")
+            lines.append(yaml.safe_dump(plan[options_key], sort_keys=False, default_flow_style=False).rstrip())
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def print_table(table: Table) -> None:

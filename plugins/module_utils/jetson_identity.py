@@ -1,6 +1,6 @@
 # Copyright: specfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Identify a Jetson unit from the files it exposes.
+"""Identify a Jetson unit (or a DGX Spark) from the files it exposes.
 
 Unit-side code: standard library only (a Jetson promises python3, nothing more). The
 Ansible module ``jetson_facts`` and the controller command ``specfleet facts --root`` both
@@ -8,7 +8,7 @@ call :func:`identify`, so both print the same facts for the same files.
 
 Sources for every table below: ../shared/reference/jetson-facts.md §1 (jetson_stats
 ``jetson_variables.py``/``hw_detect.py``, jetson-containers ``l4t_version.py``,
-jetson-device-skills ``detect_jetson.sh``).
+jetson-device-skills ``detect_jetson.sh``). DGX Spark: see the comments at DGX_SPARK_*.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import os
 import re
 from dataclasses import dataclass
 
-DEVICE_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano")
+DGX_SPARK = "dgx_spark"
+JETSON_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano")
+DEVICE_CLASSES = (*JETSON_CLASSES, DGX_SPARK)
+# Classes that run DGX OS (Ubuntu), not L4T: no nv_tegra_release, JetPack or device tree.
+NON_L4T_CLASSES = (DGX_SPARK,)
 UNKNOWN_CLASS = "unknown"
 
 DEFAULT_PATHS = {
@@ -26,6 +30,12 @@ DEFAULT_PATHS = {
     "model": "/proc/device-tree/model",
     "compatible": "/proc/device-tree/compatible",
     "meminfo": "/proc/meminfo",
+    # DGX OS release file: DGX_NAME="DGX Spark", DGX_SWBUILD_VERSION, DGX_OTA_VERSION lines.
+    "dgx_release": "/etc/dgx-release",
+    # SMBIOS product name: "NVIDIA_DGX_Spark" on NVIDIA's own unit, the OEM's name otherwise.
+    "dmi_product_name": "/sys/class/dmi/id/product_name",
+    # Kernel module banner; its version gives the CUDA the driver can run (no L4T table here).
+    "nvidia_driver": "/proc/driver/nvidia/version",
 }
 
 # Line 1 of /etc/nv_tegra_release: "# R36 (release), REVISION: 4.3, GCID: ...".
@@ -105,6 +115,32 @@ MEMORY_BUCKETS_GIB = {
 }
 
 
+# --- DGX Spark (GB10 Grace Blackwell, 128 GB unified memory, DGX OS = Ubuntu 24.04) ---
+# Sources (public code, found by code search; facts only):
+#   - /etc/dgx-release on a Spark holds DGX_NAME="DGX Spark", DGX_PRETTY_NAME="NVIDIA DGX
+#     Spark", DGX_SWBUILD_VERSION="7.2.3", DGX_PLATFORM (the OEM box, e.g. "GX10" on an ASUS
+#     Ascent GX10, "HP ZGX Nano G1n AI Station"), then one DGX_OTA_VERSION/DGX_OTA_DATE pair
+#     per over-the-air update (7.3.1, 7.4.0, ...; the last one is what runs), and
+#     DGX_SERIAL_NUMBER, which this module never returns. Some OEM files are unquoted.
+#     Several Spark tools detect the unit by DGX_NAME="DGX Spark" in this file.
+#   - DMI product_name: "NVIDIA_DGX_Spark" (NVIDIA's Founders Edition, sys_vendor NVIDIA),
+#     "GX10" (ASUS), "Dell Pro Max with GB10 FCM1253" (Dell): a fallback when DGX OS is
+#     absent (another Ubuntu on the same box).
+#   - /proc/driver/nvidia/version: "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64
+#     580.95.05  Release Build ..."; nvidia-smi on a Spark prints "NVIDIA GB10 ... Driver
+#     Version: 580.95.05  CUDA Version: 13.0"; MemTotal 127535084 kB (121.6 GiB).
+_DGX_RELEASE_LINE_RE = re.compile(r'^\s*(DGX_[A-Z_]+)\s*=\s*"?([^"\n]*?)"?\s*$', re.MULTILINE)
+_DRIVER_RE = re.compile(r"Kernel Module(?: for \w+)?\s+(\d+)\.(\d+)(?:\.(\d+))?")
+# DGX_NAME values that mean a DGX Spark (compared case-insensitively).
+DGX_SPARK_NAMES = ("dgx spark",)
+# Substrings of the DMI product name that identify a GB10 system without DGX OS.
+DGX_SPARK_PRODUCT_SUBSTRINGS = ("dgx_spark", "dgx spark", "gb10", "gx10")
+# The lowest driver branch -> the CUDA it runs (at least): a newer driver runs older CUDA,
+# so a later branch keeps the floor of the highest branch listed below it.
+CUDA_BY_DRIVER_BRANCH = ((580, "13.0"),)
+DGX_SPARK_MODULE = "NVIDIA GB10 Grace Blackwell"
+
+
 class IdentityError(Exception):
     """A file that exists (or must exist) could not be read or parsed.
 
@@ -121,6 +157,9 @@ class UnitFiles:
     compatible: str | None
     meminfo: str | None
     paths: dict[str, str]
+    dgx_release: str | None = None
+    dmi_product_name: str | None = None
+    nvidia_driver: str | None = None
 
 
 def paths_under(root: str, overrides: dict[str, str | None] | None = None) -> dict[str, str]:
@@ -215,6 +254,40 @@ def module_name(device_class: str, sku: str | None, memory_mb: int) -> str | Non
     return None
 
 
+def parse_dgx_release(text: str | None) -> dict[str, str]:
+    """DGX_* keys of /etc/dgx-release (quoted or not). A repeated key keeps its last value,
+    which for DGX_OTA_VERSION is the update that runs now. The serial number is dropped:
+    the file is world-readable but the serial must not reach facts or reports."""
+    if text is None:
+        return {}
+    values = {key: value.strip() for key, value in _DGX_RELEASE_LINE_RE.findall(text)}
+    values.pop("DGX_SERIAL_NUMBER", None)
+    return values
+
+
+def parse_driver_version(text: str | None) -> str | None:
+    """"580.95.05" from the /proc/driver/nvidia/version banner (first line)."""
+    if not text:
+        return None
+    match = _DRIVER_RE.search(text.splitlines()[0])
+    return ".".join(part for part in match.groups() if part is not None) if match else None
+
+
+def cuda_for_driver(driver: str | None) -> str | None:
+    if not driver:
+        return None
+    branch = int(driver.split(".")[0])
+    floors = [cuda for minimum, cuda in CUDA_BY_DRIVER_BRANCH if branch >= minimum]
+    return floors[-1] if floors else None
+
+
+def is_dgx_spark(dgx_release: dict[str, str], product_name: str | None) -> bool:
+    if dgx_release.get("DGX_NAME", "").strip().lower() in DGX_SPARK_NAMES:
+        return True
+    lowered = (product_name or "").lower()
+    return any(needle in lowered for needle in DGX_SPARK_PRODUCT_SUBSTRINGS)
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -251,6 +324,12 @@ def identify(files: UnitFiles, dpkg_l4t_version: str | None = None) -> dict:
     compatible = device_tree_strings(files.compatible)
     sku = module_sku(compatible)
     device_class = classify(model, sku)
+    dgx_release = parse_dgx_release(files.dgx_release)
+    product_name = (files.dmi_product_name or "").strip() or None
+    driver = parse_driver_version(files.nvidia_driver)
+    # Jetson evidence (device tree) wins; only a unit no Jetson rule claims can be a Spark.
+    if device_class == UNKNOWN_CLASS and files.nv_tegra_release is None and is_dgx_spark(dgx_release, product_name):
+        return _dgx_spark_facts(dgx_release, product_name, driver, memory_mb, files)
 
     l4t = None
     l4t_source = None
@@ -273,7 +352,7 @@ def identify(files: UnitFiles, dpkg_l4t_version: str | None = None) -> dict:
         )
 
     jetson = device_class != UNKNOWN_CLASS
-    return {
+    facts = {
         "is_jetson": jetson,
         "device_class": device_class,
         "model": model,
@@ -285,6 +364,33 @@ def identify(files: UnitFiles, dpkg_l4t_version: str | None = None) -> dict:
         "l4t_source": l4t_source,
         "jetpack": jetpack_for(l4t),
         "cuda": cuda_for(l4t),
+    }
+    # Only a DGX Spark adds its own keys, so a Jetson's facts read exactly as before.
+    return facts
+
+
+def _dgx_spark_facts(
+    dgx_release: dict[str, str], product_name: str | None, driver: str | None, memory_mb: int, files: UnitFiles
+) -> dict:
+    """A DGX Spark's facts: the Jetson keys that do not apply are null (no L4T, JetPack or
+    device tree on DGX OS); CUDA comes from the driver branch instead of the L4T table."""
+    return {
+        "is_jetson": False,
+        "device_class": DGX_SPARK,
+        "model": dgx_release.get("DGX_PRETTY_NAME") or product_name,
+        "compatible": [],
+        "sku": None,
+        "module": DGX_SPARK_MODULE,
+        "memory_mb": memory_mb,
+        "l4t": None,
+        "l4t_source": None,
+        "jetpack": None,
+        "cuda": cuda_for_driver(driver),
+        "product_name": product_name,
+        "dgx_os": dgx_release.get("DGX_OTA_VERSION") or dgx_release.get("DGX_SWBUILD_VERSION"),
+        "dgx_platform": dgx_release.get("DGX_PLATFORM"),
+        "dgx_release_source": files.paths.get("dgx_release") if files.dgx_release is not None else None,
+        "nvidia_driver": driver,
     }
 
 

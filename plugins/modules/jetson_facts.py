@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: jetson_facts
-short_description: Identify an NVIDIA Jetson unit and its Docker runtime
+short_description: Identify an NVIDIA Jetson unit (or DGX Spark) and its Docker runtime
 description:
   - Reads which Jetson this is from the files the unit exposes and sets
     C(ansible_facts.specfleet_unit).
@@ -14,7 +14,11 @@ description:
     strings work), else from the module P-number in the device-tree C(compatible).
   - L4T comes from line 1 of C(/etc/nv_tegra_release), falling back to the
     C(nvidia-l4t-core) package version; JetPack and CUDA follow from the L4T release.
-  - A host that is not a Jetson gets C(device_class=unknown). A Jetson whose identity
+  - A DGX Spark (GB10, DGX OS, no L4T) is recognised from C(/etc/dgx-release)
+    (C(DGX_NAME="DGX Spark")), else from the DMI product name, and gets
+    C(device_class=dgx_spark) with C(l4t), C(jetpack) and C(sku) null and C(cuda) from the
+    NVIDIA driver version.
+  - A host that is neither gets C(device_class=unknown). A Jetson whose identity
     files are missing or malformed fails with a message naming the file.
   - Every path is an option with the real path as default, and O(root) prefixes them
     all, so tests and the lab can point the module at a fixture tree.
@@ -41,6 +45,18 @@ options:
     description: Kernel memory info; C(MemTotal) gives the unit's unified memory.
     type: path
     default: /proc/meminfo
+  dgx_release_path:
+    description: DGX OS release file (C(DGX_NAME), C(DGX_OTA_VERSION)); its serial number is never returned.
+    type: path
+    default: /etc/dgx-release
+  dmi_product_name_path:
+    description: SMBIOS product name (C(NVIDIA_DGX_Spark) or an OEM GB10 name).
+    type: path
+    default: /sys/class/dmi/id/product_name
+  nvidia_driver_path:
+    description: NVIDIA kernel module banner; its version gives the CUDA a DGX Spark's driver runs.
+    type: path
+    default: /proc/driver/nvidia/version
   docker_binary:
     description: Docker CLI used to read the engine's runtimes (C(docker info)).
     type: str
@@ -82,9 +98,9 @@ ansible_facts:
       type: dict
       returned: always
       contains:
-        is_jetson: {description: Whether the unit was identified as a Jetson., type: bool}
+        is_jetson: {description: Whether the unit was identified as a Jetson (false on a DGX Spark)., type: bool}
         device_class:
-          description: One of C(thor), C(agx_orin), C(orin_nx), C(orin_nano), C(unknown).
+          description: One of C(thor), C(agx_orin), C(orin_nx), C(orin_nano), C(dgx_spark), C(unknown).
           type: str
           sample: agx_orin
         model: {description: Device-tree model string., type: str, sample: NVIDIA Jetson AGX Orin Developer Kit}
@@ -95,7 +111,12 @@ ansible_facts:
         l4t: {description: L4T release., type: str, sample: 36.4.3}
         l4t_source: {description: Where the L4T release was read., type: str}
         jetpack: {description: JetPack release for that L4T., type: str, sample: "6.2"}
-        cuda: {description: CUDA version JetPack ships., type: str, sample: "12.6"}
+        cuda: {description: CUDA JetPack ships; on DGX Spark the least the driver runs., type: str, sample: "12.6"}
+        product_name: {description: DMI product name (DGX Spark only)., type: str, sample: NVIDIA_DGX_Spark}
+        dgx_os: {description: DGX OS version from the last OTA update (DGX Spark only)., type: str, sample: 7.3.1}
+        dgx_platform: {description: DGX_PLATFORM of the release file (DGX Spark only)., type: str, sample: GX10}
+        dgx_release_source: {description: Where the DGX OS release was read (DGX Spark only)., type: str}
+        nvidia_driver: {description: NVIDIA driver version (DGX Spark only)., type: str, sample: 580.95.05}
         docker:
           description: Docker engine state.
           type: dict
@@ -146,6 +167,9 @@ def main() -> None:
             "model_path": {"type": "path", "default": "/proc/device-tree/model"},
             "compatible_path": {"type": "path", "default": "/proc/device-tree/compatible"},
             "meminfo_path": {"type": "path", "default": "/proc/meminfo"},
+            "dgx_release_path": {"type": "path", "default": "/etc/dgx-release"},
+            "dmi_product_name_path": {"type": "path", "default": "/sys/class/dmi/id/product_name"},
+            "nvidia_driver_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "docker_binary": {"type": "str", "default": "docker"},
         },
         supports_check_mode=True,
@@ -158,6 +182,9 @@ def main() -> None:
             "model": params["model_path"],
             "compatible": params["compatible_path"],
             "meminfo": params["meminfo_path"],
+            "dgx_release": params["dgx_release_path"],
+            "dmi_product_name": params["dmi_product_name_path"],
+            "nvidia_driver": params["nvidia_driver_path"],
         },
     )
     try:

@@ -104,6 +104,15 @@ ARCHITECTURES: dict[tuple[str, str], dict[str, Any]] = {
         "intermediate_size": 8192,
         "tie_word_embeddings": True,
     },
+    # Llama-3.3-70B-Instruct's config.json (the DGX Spark draft-target pair's target).
+    ("llama3", "70b"): {
+        **_LLAMA_8B,
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+    },
     ("gpt-oss", "20b"): {
         **_GPT_OSS,
         "num_hidden_layers": 24,

@@ -56,3 +56,20 @@ def test_per_file_option_overrides_the_default_path(capsys, tmp_path):
                                  "nv_tegra_release_path": str(tmp_path / "absent-release")})
     unit = result["ansible_facts"]["specfleet_unit"]
     assert (unit["memory_mb"], unit["device_class"]) == (2, "unknown")
+
+
+def test_reads_a_dgx_spark_through_its_path_options(capsys, tmp_path):
+    release = tmp_path / "dgx-release"
+    release.write_text('DGX_NAME="DGX Spark"\nDGX_SERIAL_NUMBER="SECRET"\nDGX_OTA_VERSION="7.4.0"\n')
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 127535084 kB\n")
+    driver = tmp_path / "version"
+    driver.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build\n")
+    result = run_module(capsys, {"dgx_release_path": str(release), "meminfo_path": str(meminfo),
+                                 "nvidia_driver_path": str(driver), "docker_binary": "no-such-docker",
+                                 "dmi_product_name_path": str(tmp_path / "absent"),
+                                 "model_path": str(tmp_path / "absent-model"),
+                                 "nv_tegra_release_path": str(tmp_path / "absent-release")})
+    unit = result["ansible_facts"]["specfleet_unit"]
+    assert (unit["device_class"], unit["l4t"], unit["cuda"], unit["dgx_os"]) == ("dgx_spark", None, "13.0", "7.4.0")
+    assert "SECRET" not in json.dumps(result)

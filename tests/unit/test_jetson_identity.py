@@ -101,6 +101,9 @@ def test_unlisted_patch_release_takes_its_series(l4t, jetpack):
         ("orin-nano-8gb-r36", {"device_class": "orin_nano", "sku": "p3767-0003", "l4t": "36.4.7",
                                "jetpack": "6.2.1", "memory_mb": 7441}),
         ("x86-server", {"device_class": "unknown", "is_jetson": False, "l4t": None, "sku": None}),
+        ("dgx-spark", {"device_class": "dgx_spark", "is_jetson": False, "l4t": None, "jetpack": None,
+                       "cuda": "13.0", "nvidia_driver": "580.95.05", "dgx_os": "7.3.1",
+                       "product_name": "NVIDIA_DGX_Spark", "model": "NVIDIA DGX Spark", "memory_mb": 124545}),
     ],
 )
 def test_fixture_units(unit_facts, fixture, expected):
@@ -171,3 +174,73 @@ def test_release_file_missing_falls_back_to_the_package(tmp_path):
 )
 def test_docker_info(info, expected):
     assert ji.parse_docker_info(info) == expected
+
+
+# DGX Spark: /etc/dgx-release texts seen on units (NVIDIA's quoted form, an OEM's unquoted
+# one) -> (DGX_NAME, running DGX OS = last OTA, platform). The serial is never kept.
+DGX_RELEASES = [
+    ('DGX_NAME="DGX Spark"\nDGX_PRETTY_NAME="NVIDIA DGX Spark"\nDGX_SWBUILD_VERSION="7.2.3"\n'
+     'DGX_PLATFORM="GX10"\nDGX_SERIAL_NUMBER="SECRET"\n\nDGX_OTA_VERSION="7.3.1"\nDGX_OTA_VERSION="7.4.0"\n',
+     "DGX Spark", "7.4.0", "GX10"),
+    ("DGX_NAME=DGX Spark\nDGX_PRETTY_NAME=NVIDIA DGX Spark\nDGX_SWBUILD_VERSION=7.2.3\n"
+     "DGX_PLATFORM=HP ZGX Nano G1n AI Station\n", "DGX Spark", None, "HP ZGX Nano G1n AI Station"),
+    ('DGX_NAME="DGX GB300WS"\nDGX_PLATFORM="DGX Server for GALAXY-GB300"\n', "DGX GB300WS", None,
+     "DGX Server for GALAXY-GB300"),
+]
+
+
+@pytest.mark.parametrize(("text", "name", "ota", "platform"), DGX_RELEASES)
+def test_dgx_release(text, name, ota, platform):
+    values = ji.parse_dgx_release(text)
+    assert (values.get("DGX_NAME"), values.get("DGX_OTA_VERSION"), values.get("DGX_PLATFORM")) == (name, ota, platform)
+    assert "DGX_SERIAL_NUMBER" not in values
+
+
+# (DGX_NAME, DMI product name) -> is a DGX Spark. A DGX Station (GB300) is not.
+SPARK_EVIDENCE = [
+    ("DGX Spark", None, True),
+    (None, "NVIDIA_DGX_Spark", True),  # NVIDIA's own unit without DGX OS
+    (None, "Dell Pro Max with GB10 FCM1253", True),
+    (None, "GX10", True),  # ASUS Ascent GX10
+    ("DGX GB300WS", "DGX_Station_GB300", False),
+    (None, "Standard PC (Q35 + ICH9, 2009)", False),
+    (None, None, False),
+]
+
+
+@pytest.mark.parametrize(("dgx_name", "product", "spark"), SPARK_EVIDENCE)
+def test_is_dgx_spark(dgx_name, product, spark):
+    assert ji.is_dgx_spark({"DGX_NAME": dgx_name} if dgx_name else {}, product) is spark
+
+
+DRIVER_BANNERS = [
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build  (dvs-builder@U16)  "
+     "Thu Sep 18 2025\nGCC version:  gcc version 13.3.0", "580.95.05", "13.0"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.142  Release Build", "580.142", "13.0"),
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 2025", "570.86.15", None),
+    ("garbage", None, None),
+]
+
+
+@pytest.mark.parametrize(("banner", "driver", "cuda"), DRIVER_BANNERS)
+def test_driver_banner(banner, driver, cuda):
+    assert ji.parse_driver_version(banner) == driver
+    assert ji.cuda_for_driver(driver) == cuda
+
+
+def test_jetson_evidence_wins_over_a_dmi_name(tmp_path):
+    paths = _tree(tmp_path, "# R38 (release), REVISION: 2.0, GCID: 1", "NVIDIA Jetson AGX Thor Developer Kit")
+    (tmp_path / "sys" / "class" / "dmi" / "id").mkdir(parents=True)
+    (tmp_path / "sys" / "class" / "dmi" / "id" / "product_name").write_text("GB10 lookalike\n")
+    facts = ji.read_unit(paths)
+    assert (facts["device_class"], facts["l4t"]) == ("thor", "38.2.0")
+    assert "product_name" not in facts  # a Jetson's facts keep their keys
+
+
+def test_spark_without_dgx_os_or_driver_has_null_cuda(tmp_path):
+    paths = _tree(tmp_path, None, None, "MemTotal:       127535084 kB\n")
+    (tmp_path / "sys" / "class" / "dmi" / "id").mkdir(parents=True)
+    (tmp_path / "sys" / "class" / "dmi" / "id" / "product_name").write_text("NVIDIA_DGX_Spark\n")
+    facts = ji.read_unit(paths)
+    assert (facts["device_class"], facts["cuda"], facts["dgx_os"], facts["model"]) == (
+        "dgx_spark", None, None, "NVIDIA_DGX_Spark")

@@ -25,7 +25,7 @@ def test_every_default_is_documented():
 
 def test_per_class_override_merges_class_by_class():
     merged = policy.merge({"specfleet_spec_tokens": {"thor": 4}})
-    assert merged["specfleet_spec_tokens"] == {"thor": 4, "agx_orin": 3, "orin_nx": 3, "orin_nano": 3}
+    assert merged["specfleet_spec_tokens"] == {"thor": 4, "agx_orin": 3, "orin_nx": 3, "orin_nano": 3, "dgx_spark": 5}
 
 
 @pytest.mark.parametrize(

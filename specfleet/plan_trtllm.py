@@ -1,0 +1,132 @@
+"""TensorRT-LLM serving for a DGX Spark: `trtllm-serve` argv and its extra LLM API options.
+
+Pure functions; specfleet.plan decides *whether* and *which method*, this module says how
+TensorRT-LLM is told. Figures come from seed 004 (NVIDIA's DGX Spark speculative decoding
+playbook, image nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6) and the option keys from
+reference/serving-facts.md §5 (NVIDIA/TensorRT-LLM docs `features/speculative-decoding.md`,
+`commands/trtllm-serve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Where the unit's launch puts the options files and the speculator inside the container.
+# Two files, so the baseline and the speculative argv each name their own and a rollback
+# to the baseline never depends on which variant was written last.
+OPTIONS_DIR = "/etc/specfleet/trtllm"
+OPTIONS_PATHS = {"speculative": f"{OPTIONS_DIR}/speculative.yml", "baseline": f"{OPTIONS_DIR}/baseline.yml"}
+# Seed 004 downloads the EAGLE-3 head / draft model with `hf download REPO --local-dir DIR`
+# and points speculative_model_dir at DIR; the plan names DIR per repo under this root.
+SPECULATOR_ROOT = "/opt/specfleet/speculators"
+
+# specfleet method -> TensorRT-LLM speculative_config.decoding_type (serving-facts §5:
+# MTP, Eagle3, NGram, DraftTarget, ...). EAGLE-3's name can differ per image (see
+# images.yml `trtllm_eagle3_decoding_type`): "Eagle" is the older spelling, still an alias.
+DECODING_TYPES = {"eagle3": "Eagle3", "draft_model": "DraftTarget", "ngram": "NGram", "mtp": "MTP"}
+
+# The overlap scheduler must be off for the two-model methods: TensorRT-LLM's DraftTarget
+# and NGram examples pass disable_overlap_scheduler=True (serving-facts §5) and seed 004's
+# Draft Target YAML sets it true; its EAGLE-3 YAML keeps it on (false).
+OVERLAP_OFF = ("draft_model", "ngram")
+
+# Further keys seed 004 writes for each method, kept so a plan serves what the seed measured.
+# enable_block_reuse: false is in both of its YAMLs, so it is in every variant (baseline too)
+# and the comparison differs only by speculation.
+SEED_KEYS: dict[str, dict[str, Any]] = {
+    "eagle3": {"enable_attention_dp": False, "enable_autotuner": False},
+    "draft_model": {"print_iter_log": False},
+}
+# Seed 004's Draft Target YAML sets no cuda_graph_config; its EAGLE-3 YAML does.
+NO_CUDA_GRAPH_CONFIG = ("draft_model",)
+
+
+def speculator_dir(repo: str) -> str:
+    return f"{SPECULATOR_ROOT}/{repo}"
+
+
+def speculative_config(
+    method: str, artifact: str | None, tokens: int, policy: Mapping, eagle3_name: str = "Eagle3"
+) -> dict[str, Any]:
+    """speculative_config for one method; ``tokens`` is max_draft_len."""
+    decoding_type = eagle3_name if method == "eagle3" else DECODING_TYPES[method]
+    config: dict[str, Any] = {"decoding_type": decoding_type, "max_draft_len": tokens}
+    if artifact:
+        # speculative_model_dir: seed 004's key; newer docs call it speculative_model and keep
+        # speculative_model_dir as an alias, so both image generations read it.
+        config["speculative_model_dir"] = speculator_dir(artifact)
+    if method == "ngram":
+        # The longest n-gram matched in the prompt: the vLLM plan's prompt_lookup_max.
+        config["max_matching_ngram_size"] = policy["specfleet_ngram_prompt_lookup_max"]
+    if method == "mtp":
+        # "num_nextn_predict_layers must match max_draft_len" (serving-facts §5).
+        config["num_nextn_predict_layers"] = tokens
+    return config
+
+
+def extra_llm_api_options(method: str | None, spec_config: dict | None, fraction: float, max_batch: int) -> dict:
+    """The options YAML as a dict for a method; ``method`` None serves without speculation."""
+    options: dict[str, Any] = dict(SEED_KEYS.get(method or "", {}))
+    options["disable_overlap_scheduler"] = method in OVERLAP_OFF
+    if method not in NO_CUDA_GRAPH_CONFIG:
+        options["cuda_graph_config"] = {"max_batch_size": max_batch}
+    if spec_config:
+        options["speculative_config"] = dict(spec_config)
+    options["kv_cache_config"] = {"free_gpu_memory_fraction": fraction, "enable_block_reuse": False}
+    return options
+
+
+def baseline_options(speculative_options: Mapping) -> dict:
+    """The speculative YAML without speculation: every other key stays, so the comparison
+    differs only by it, except the overlap scheduler, which only the two-model methods need
+    off; the baseline keeps it on, as it would serve without speculation."""
+    options = {key: value for key, value in speculative_options.items() if key != "speculative_config"}
+    options["disable_overlap_scheduler"] = False
+    return options
+
+
+def serve_args(model_repo: str, policy: Mapping, device_class: str, options_path: str) -> list[str]:
+    """`trtllm-serve` argv as seed 004 runs it (pytorch backend, tp 1, its max batch size),
+    plus host/port so the benchmark reaches it like a vLLM unit and the class's context cap.
+    The KV fraction lives in the YAML only: one place, nothing for a CLI flag to override."""
+    return [
+        "trtllm-serve", model_repo,
+        "--host", "0.0.0.0",
+        "--port", str(policy["specfleet_port"]),
+        "--backend", "pytorch",
+        "--tp_size", "1",
+        "--max_batch_size", str(policy["specfleet_trtllm_max_batch_size"]),
+        "--max_seq_len", str(policy["specfleet_max_model_len"][device_class]),
+        "--extra_llm_api_options", options_path,
+    ]
+
+
+def memory_problem(
+    what: str, weights_gib: float, fraction: float, unit_gib: float, min_kv_gib: float, headroom_gib: float
+) -> str | None:
+    """Why TensorRT-LLM cannot hold ``weights_gib`` on ``unit_gib``, or None.
+
+    TensorRT-LLM loads the weights (target and draft) first, then gives the KV cache
+    ``fraction`` of the memory still free; the rest is what the OS, Docker and the client
+    keep on a unified-memory unit. Both parts must be large enough.
+    """
+    free = unit_gib - weights_gib
+    if free <= 0:
+        return f"{what} needs {weights_gib:.2f} GiB of weights, the unit has {unit_gib:.2f} GiB"
+    kv = fraction * free
+    if kv < min_kv_gib:
+        return (
+            f"{what} leaves {kv:.2f} GiB of KV cache ({fraction:.2f} x {free:.2f} GiB free after the weights), "
+            f"below the {min_kv_gib:.2f} GiB minimum"
+        )
+    if free - kv < headroom_gib:
+        return (
+            f"{what} leaves {free - kv:.2f} GiB outside TensorRT-LLM (1 - {fraction:.2f} of {free:.2f} GiB free), "
+            f"below the {headroom_gib:.2f} GiB headroom"
+        )
+    return None
+
+
+def kv_cache_gib(weights_gib: float, fraction: float, unit_gib: float) -> float:
+    return round(fraction * max(unit_gib - weights_gib, 0.0), 2)
