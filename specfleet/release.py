@@ -75,5 +75,14 @@ def decided(record: Mapping[str, Any], candidate_id: str, outcome: Mapping[str, 
     return updated
 
 
+# Failures of the unit's infrastructure, not of the candidate: the next run measures again
+# rather than repeating them (a dockerd that died says nothing about the speculative config).
+RETRIED_FAILURES = frozenset({"docker_unavailable", "unreachable"})
+
+
 def previous_decision(record: Mapping[str, Any], candidate_id: str) -> dict[str, Any] | None:
-    return (record.get("decisions") or {}).get(candidate_id)
+    decision = (record.get("decisions") or {}).get(candidate_id)
+    failure = (decision or {}).get("failure") or {}
+    if decision and decision.get("decision") == "failed" and failure.get("failure_class") in RETRIED_FAILURES:
+        return None
+    return decision

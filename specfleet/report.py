@@ -225,6 +225,29 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}
 """
 
 
+def unrecorded_failure(host: str, run_id: str, task: str, message: str, unreachable: bool,
+                       failure_class: str | None = None) -> dict[str, Any]:
+    """The record of a unit that failed where the rollout could not write one: it was
+    unreachable (Ansible runs no rescue then), or it failed before the rollout reached it
+    (prepare, facts, preflight), which left its serving untouched."""
+    failure_class = "unreachable" if unreachable else (failure_class or "task_failed")
+    if unreachable:
+        after = ("not rolled back: the controller lost the unit; once it answers again, run "
+                 f"rollout.yml -l {host} (it returns to its release record's known-good or measures again)")
+        serving = "unknown"
+    else:
+        after = "the rollout did not reach it: it serves what it served before (its release record)"
+        serving = "unchanged"
+    return {
+        "host": host,
+        "run_id": run_id,
+        "decision": "failed",
+        "failure": {"task": task, "failure_class": failure_class, "message": message, "decisive_lines": []},
+        "reasons": [f"{task}: {failure_class}: {message}", after],
+        "serving": serving,
+    }
+
+
 def write_report(run_dir: Path) -> dict[str, Any]:
     """Write report.{json,csv,md,html} into the run folder; returns paths and the summary."""
     records = load_run(run_dir)

@@ -70,15 +70,31 @@ def lab_hosts() -> dict[str, dict]:
     return found
 
 
-def on_unit(host: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run a shell command on a lab unit over SSH (lab units get new host keys on every up)."""
+def on_unit(
+    host: str, command: str, timeout: float = 120, stdin: str | bytes | None = None, text: bool = True
+) -> subprocess.CompletedProcess:
+    """Run a shell command on a lab unit over SSH (lab units get new host keys on every up).
+
+    `stdin` feeds the command (a secret travels there, never on a command line); with
+    `text=False` stdin and output are bytes."""
     unit = lab_hosts()[host]
     return subprocess.run(
         ["ssh", "-i", unit["ansible_ssh_private_key_file"], "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-         f"root@{unit['ansible_host']}", command],
-        capture_output=True, text=True, timeout=timeout, check=False,
+         "-o", "IdentitiesOnly=yes", f"root@{unit['ansible_host']}", command],
+        input=stdin, capture_output=True, text=text, timeout=timeout, check=False,
     )
+
+
+def plan_for(facts: dict, model: str, **overrides) -> dict:
+    """The plan for one unit's facts and a catalog model under the policy with `overrides`."""
+    from specfleet import policy
+    from specfleet.catalog import load_catalog
+    from specfleet.plan import plan_unit
+
+    catalog = load_catalog()
+    resolved = policy.resolve({"specfleet_model": model, **overrides}, catalog)
+    return plan_unit("unit-1", facts, catalog.model(model), resolved, catalog)
 
 
 LAB_PROFILE = "mixed"

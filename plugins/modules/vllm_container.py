@@ -18,6 +18,7 @@ description:
     when the server does not come up it classifies why from the exit state and the log
     (rejected speculative config, out of memory at start, model missing offline, gated repo,
     tiktoken files missing, NVML/runtime error, bad arguments, never ready) and stops it.
+    A Docker daemon that stops answering during the wait (it died) is C(docker_unavailable).
   - Returns the speculative configuration the server resolved, read from its startup log.
 version_added: "0.1.0"
 author: specfleet contributors
@@ -84,6 +85,13 @@ options:
     description: Docker Engine API address.
     type: str
     default: unix:///var/run/docker.sock
+  docker_timeout:
+    description:
+      - Seconds to wait for a Docker daemon that does not answer before failing. A unit's
+        init system restarts a dockerd that died (Docker's systemd unit has Restart=always),
+        so a rollback right after a crash waits for it instead of failing the unit.
+    type: int
+    default: 60
 attributes:
   check_mode:
     support: full
@@ -141,6 +149,7 @@ try:
     import docker
     from docker.errors import APIError, DockerException, ImageNotFound, NotFound
     from docker.types import Ulimit
+    from requests.exceptions import ConnectionError as DockerConnectionError
 except ImportError:  # reported by main() with a clear message
     docker = None
 
@@ -224,10 +233,29 @@ def container_log(container) -> str:
         return ""
 
 
+def connect(docker_host: str, timeout: float):
+    """A Docker client once the daemon answers, waiting up to `timeout` seconds for one
+    that is (re)starting. Raises DockerException when it never answers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client = docker.DockerClient(base_url=docker_host)
+            client.ping()
+            return client
+        except (DockerException, DockerConnectionError) as exc:
+            if time.monotonic() >= deadline:
+                raise DockerException(str(exc)) from exc
+        time.sleep(POLL_SECONDS)
+
+
 def wait_until_serving(container, port: int, deadline: float, key: str | None = None) -> tuple[bool, str | None, str]:
-    """(ready, failure class, log). Stops waiting as soon as the container exits."""
+    """(ready, failure class, log). Stops waiting as soon as the container exits, or the
+    Docker daemon stops answering (a dead dockerd takes its containers with it)."""
     while time.monotonic() < deadline:
-        container.reload()
+        try:
+            container.reload()
+        except (DockerException, DockerConnectionError) as exc:
+            return False, "docker_unavailable", f"the Docker daemon stopped answering during the start: {exc}"
         if container.status in ("exited", "dead"):
             log = container_log(container)
             failure, _ = classify(log)
@@ -286,6 +314,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["started", "absent"], "default": "started"},
             "ready_timeout": {"type": "int", "default": 900},
             "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+            "docker_timeout": {"type": "int", "default": 60},
         },
         required_if=[("state", "started", ("image", "args"))],
         supports_check_mode=True,
@@ -294,9 +323,9 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("docker (python3-docker)"), failure_class="docker_unavailable")
     params = module.params
     try:
-        client = docker.DockerClient(base_url=params["docker_host"])
+        client = connect(params["docker_host"], params["docker_timeout"])
         existing = find(client, params["name"])
-    except DockerException as exc:
+    except (DockerException, DockerConnectionError) as exc:
         module.fail_json(msg=f"vllm_container: Docker is not answering: {exc}", failure_class="docker_unavailable")
 
     current_hash = existing.labels.get(HASH_LABEL) if existing else None
@@ -332,6 +361,9 @@ def main() -> None:
     except ImageNotFound as exc:
         module.fail_json(msg=f"vllm_container: image {params['image']} is not on the unit: {exc}",
                          **{**result, "failure_class": "image_missing"})
+    except DockerConnectionError as exc:
+        module.fail_json(msg=f"vllm_container: Docker stopped answering while starting {params['name']}: {exc}",
+                         **{**result, "failure_class": "docker_unavailable"})
     except (APIError, ValueError) as exc:
         failure, _ = classify(str(exc))
         module.fail_json(msg=f"vllm_container: could not start {params['name']}: {exc}",
@@ -344,6 +376,10 @@ def main() -> None:
         result["startup_seconds"] = round(time.monotonic() - started_at, 1)
         module.exit_json(**result)
 
+    if failure == "docker_unavailable":
+        # Its containers went with the daemon; the log is the client's error.
+        module.fail_json(msg=f"vllm_container: {params['name']} did not serve: {log}",
+                         **{**result, "failure_class": failure, "decisive_lines": [log]})
     # A server that is not serving still holds (unified) memory; stop it before failing.
     container.stop(timeout=10)
     _, decisive = classify(log)

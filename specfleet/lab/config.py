@@ -92,10 +92,6 @@ class LabConfig:
         return self.repo / "inventory" / "lab"
 
     @property
-    def images_yml(self) -> Path:
-        return self.repo / "specfleet" / "data" / "images.yml"
-
-    @property
     def catalog_yml(self) -> Path:
         return self.repo / "specfleet" / "data" / "catalog.yml"
 

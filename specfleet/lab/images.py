@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from specfleet.catalog import load_catalog
 from specfleet.lab.config import BASE_IMAGE, RECIPE_LABEL, UNIT_BASE_IMAGE, UNIT_IMAGE, LabConfig
 from specfleet.lab.engine import DOCKER_CLI, docker, docker_env
 from specfleet.lab.sh import LabError, log, run, safe_rmtree
@@ -325,11 +326,10 @@ def build_unit_image(cfg: LabConfig, force: bool = False) -> BuildResult:
 
 
 # ---- engine images -------------------------------------------------------------------
-def engine_refs(cfg: LabConfig) -> list[str]:
+def engine_refs() -> list[str]:
     """Image refs the plan may choose (specfleet/data/images.yml), which the emulator stands
     in for; pin-only entries are real lab images of their own (the vLLM-CPU engine)."""
-    data = yaml.safe_load(cfg.images_yml.read_text()) or {}
-    return [entry["ref"] for entry in data.get("images", []) if entry.get("ref") and not entry.get("pin_only")]
+    return [image.ref for image in load_catalog().images if not image.pin_only]
 
 
 def mirror_ref(ref: str, mirror: str) -> str:
@@ -362,7 +362,7 @@ def build_engine_images(cfg: LabConfig, force: bool = False) -> tuple[BuildResul
     if not (cfg.emulator_dir / "Dockerfile").exists():
         raise LabError(f"{cfg.emulator_dir}/Dockerfile is missing: the engine image is the vLLM emulator")
     recipe_hash = engine_image_hash(cfg)
-    refs = engine_refs(cfg)
+    refs = engine_refs()
     started = time.monotonic()
     built = False
     if force or not image_current(cfg, ENGINE_LOCAL, recipe_hash):

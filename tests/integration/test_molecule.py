@@ -12,7 +12,12 @@ import pytest
 
 from tests.conftest import REPO
 
-ROLES = sorted(path.parents[2].name for path in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+# Open WebUI installs a 250 MB wheelhouse into its scenario (~4-6 min): the slow lane.
+SLOW_ROLES = {"specfleet_openwebui"}
+ROLES = [
+    pytest.param(role, marks=pytest.mark.slow) if role in SLOW_ROLES else role
+    for role in sorted(path.parents[2].name for path in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+]
 
 
 @pytest.mark.molecule

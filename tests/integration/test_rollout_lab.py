@@ -52,10 +52,17 @@ def prepared(fleet_lab):
     """Prepare the lab once for the module, checking what issue 4 asks along the way."""
     # A site's own daemon.json keys must survive the merge.
     assert on_unit("orinnx-01", "printf '{\"log-level\": \"warn\"}' > /etc/docker/daemon.json").returncode == 0
-    check = playbook("prepare.yml", "--check", "--diff", "-l", "thor-01", "--tags", "docker")
-    assert check.returncode == 0, check.stdout[-4000:]
-    assert re.search(r'^\+\s*"default-runtime": "nvidia"', check.stdout, re.MULTILINE), check.stdout[-3000:]
-    assert on_unit("thor-01", "test -e /etc/docker/daemon.json").returncode != 0, "check mode wrote the file"
+    # Check mode on a unit without daemon.json (an earlier module may have prepared thor-01:
+    # its file is held aside for the check and put back unchanged, so dockerd keeps running).
+    held = "/var/lib/specfleet-test-daemon.json"
+    assert on_unit("thor-01", f"! test -e /etc/docker/daemon.json || mv /etc/docker/daemon.json {held}").returncode == 0
+    try:
+        check = playbook("prepare.yml", "--check", "--diff", "-l", "thor-01", "--tags", "docker")
+        assert check.returncode == 0, check.stdout[-4000:]
+        assert re.search(r'^\+\s*"default-runtime": "nvidia"', check.stdout, re.MULTILINE), check.stdout[-3000:]
+        assert on_unit("thor-01", "test -e /etc/docker/daemon.json").returncode != 0, "check mode wrote the file"
+    finally:
+        on_unit("thor-01", f"! test -e {held} || mv {held} /etc/docker/daemon.json")
 
     first = playbook("prepare.yml")
     assert first.returncode == 0, first.stdout[-6000:]

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import REPO
+from tests.conftest import on_unit as on_lab_unit
 
 pytestmark = pytest.mark.lab
 
@@ -81,18 +81,8 @@ def leaks(sources: dict[str, bytes], named_secrets: dict[str, str]) -> list[str]
     ]
 
 
-def unit_address() -> tuple[str, str]:
-    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["thor"]["hosts"]
-    return hosts[UNIT]["ansible_host"], hosts[UNIT]["ansible_ssh_private_key_file"]
-
-
 def on_unit(command: str, stdin: bytes = b"") -> bytes:
-    address, key = unit_address()
-    proc = subprocess.run(
-        ["ssh", "-i", key, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-         "-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", f"root@{address}", command],
-        input=stdin, capture_output=True, timeout=120,
-    )
+    proc = on_lab_unit(UNIT, command, stdin=stdin, text=False)
     assert proc.returncode == 0, f"{command}: {proc.stderr.decode(errors='replace')[-2000:]}"
     return proc.stdout
 

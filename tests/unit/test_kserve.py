@@ -11,19 +11,12 @@ import pytest
 import yaml
 
 from specfleet import kserve
-from specfleet import policy as policy_module
 from specfleet.catalog import load_catalog
-from specfleet.plan import plan_unit
-from tests.conftest import REPO
+from tests.conftest import REPO, plan_for
 
 CATALOG = load_catalog()
 TARGET_URI = "hf://meta-llama/Llama-3.1-8B-Instruct"
 DRAFT_URI = "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-
-
-def plan_for(facts: dict, model: str, **overrides) -> dict:
-    policy = policy_module.resolve({"specfleet_model": model, **overrides}, CATALOG)
-    return plan_unit("unit-1", facts, CATALOG.model(model), policy, CATALOG)
 
 
 @pytest.fixture

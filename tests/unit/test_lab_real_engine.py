@@ -22,7 +22,7 @@ def test_pins_plan_the_real_engine(unit_facts, fixture, method):
     policy = policy_module.resolve(pins, CATALOG)
     plan = plan_unit("unit", facts, CATALOG.model(pins["specfleet_model"]), policy, CATALOG)
     assert not plan["refused"], plan["reasons"]
-    assert plan["image"] == real_engine.image_ref(LabConfig())
+    assert plan["image"] == real_engine.image_ref()
     assert plan["speculative"]["method"] == method
     assert "--enforce-eager" in plan["baseline_args"]
 

@@ -8,14 +8,10 @@ import pytest
 
 from specfleet import policy as policy_module
 from specfleet.catalog import load_catalog
-from specfleet.plan import expectation_mismatches, mirrored, plan_unit, select_image
+from specfleet.plan import expectation_mismatches, mirrored, select_image
+from tests.conftest import plan_for
 
 CATALOG = load_catalog()
-
-
-def plan_for(facts: dict, model: str, **overrides) -> dict:
-    policy = policy_module.resolve({"specfleet_model": model, **overrides}, CATALOG)
-    return plan_unit("unit-1", facts, CATALOG.model(model), policy, CATALOG)
 
 
 @pytest.mark.parametrize(

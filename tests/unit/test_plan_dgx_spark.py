@@ -10,15 +10,10 @@ import yaml
 from specfleet import cli, render
 from specfleet import policy as policy_module
 from specfleet.catalog import load_catalog
-from specfleet.plan import plan_unit
+from tests.conftest import plan_for
 
 CATALOG = load_catalog()
 SEED_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"
-
-
-def plan_for(facts: dict, model: str, **overrides) -> dict:
-    policy = policy_module.resolve({"specfleet_model": model, **overrides}, CATALOG)
-    return plan_unit("spark-1", facts, CATALOG.model(model), policy, CATALOG)
 
 
 @pytest.fixture

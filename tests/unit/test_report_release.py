@@ -71,3 +71,25 @@ def test_release_record_flow():
 
 def test_unreadable_record_means_no_known_good():
     assert release.parse("{broken")["known_good"] is None
+
+
+def test_infrastructure_failures_are_measured_again():
+    failed = {"decision": "failed", "failure": {"failure_class": "docker_unavailable"}}
+    rejected = {"decision": "failed", "failure": {"failure_class": "spec_config_rejected"}}
+    record = {"decisions": {"a": failed, "b": rejected, "c": {"decision": "kept"}}}
+    assert release.previous_decision(record, "a") is None
+    assert release.previous_decision(record, "b") == rejected
+    assert release.previous_decision(record, "c") == {"decision": "kept"}
+    assert release.previous_decision(record, "d") is None
+
+
+def test_unrecorded_failures_say_what_happened_and_what_to_do():
+    lost = report.unrecorded_failure("orinnx-01", "run1", "Benchmark the baseline", "Failed to connect", True)
+    assert (lost["decision"], lost["serving"], lost["failure"]["failure_class"]) == ("failed", "unknown", "unreachable")
+    assert lost["reasons"][0] == "Benchmark the baseline: unreachable: Failed to connect"
+    assert "rollout.yml -l orinnx-01" in lost["reasons"][1]
+    refused = report.unrecorded_failure("thor-02", "run1", "Pull the image", "manifest unknown", False)
+    assert (refused["serving"], refused["failure"]["failure_class"]) == ("unchanged", "task_failed")
+    assert "did not reach it" in refused["reasons"][1]
+    line = report.summary_lines([refused], "run1")[0]
+    assert line.startswith("thor-02: FAILED") and "manifest unknown" in line

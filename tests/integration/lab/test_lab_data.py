@@ -36,7 +36,7 @@ def test_mirror_names_drop_the_registry_host() -> None:
     assert (mirror_ref("vllm/vllm-openai:v0.20.2", "10.213.77.1:5000")
             == "10.213.77.1:5000/vllm/vllm-openai:v0.20.2")
     assert (mirror_ref("nvcr.io/nvidia/vllm:25.09-py3", "m:5000") == "m:5000/nvidia/vllm:25.09-py3")
-    assert engine_refs(LabConfig())  # images.yml names at least one engine image
+    assert engine_refs()  # images.yml names at least one engine image
 
 
 def test_identity_files_are_byte_exact() -> None:

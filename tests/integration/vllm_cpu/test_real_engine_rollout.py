@@ -52,13 +52,41 @@ def real_rollout(fleet_lab, tmp_path_factory):
         specfleet("lab", "real-engine", "--off", *PINS)
 
 
-def test_units_ran_the_real_engine(real_rollout):
+def served(unit: str, path: str) -> tuple[int, str]:
+    """(HTTP status, body) of GET path on the unit's serving port."""
+    answer = on_unit(unit, f"curl -s -w '\\n%{{http_code}}' http://127.0.0.1:8000{path}")
+    assert answer.returncode == 0, answer.stderr
+    body, _, status = answer.stdout.rpartition("\n")
+    return int(status), body
+
+
+def test_both_sides_were_measured_on_the_real_engine(real_rollout):
     for unit in PINS:
         record = real_rollout["records"][unit]
         assert "vllm-cpu" in record["image"], record
-        version = on_unit(unit, "python3 -c \"import urllib.request as u;"
-                                "print(u.urlopen('http://127.0.0.1:8000/version').read().decode())\"")
-        assert json.loads(version.stdout)["version"] == "0.32.0", version.stdout + version.stderr
+        # The version the bench read from the server's /version while measuring.
+        for side in ("baseline", "speculative"):
+            assert record[side]["context"]["runtime"]["vllm_version"] == "0.32.0", (side, record[side]["context"])
+
+
+def test_units_serve_what_their_release_record_says(real_rollout):
+    # A kept candidate stays on the real engine. A reverted unit returns to its last
+    # known-good serving: in a lab that ran emulated rollouts before, that is the emulator's,
+    # the baseline measured here only when the unit had none.
+    for unit in PINS:
+        record = real_rollout["records"][unit]
+        release = json.loads(on_unit(unit, "cat /var/lib/specfleet/release.json").stdout)
+        current = release["current"]
+        if record["decision"] == "kept":
+            assert current["kind"] == "speculative" and current["image"] == record["image"], current
+        else:
+            assert current == release["known_good"], release
+        # Only the emulator answers /specfleet/emulator (its label); the real vLLM says 404.
+        emulator_status, _ = served(unit, "/specfleet/emulator")
+        if "vllm-cpu" in current["image"]:
+            assert emulator_status == 404 and json.loads(served(unit, "/version")[1])["version"] == "0.32.0"
+        else:
+            assert emulator_status == 200, current
 
 
 @pytest.mark.parametrize("unit", sorted(PINS))
@@ -92,28 +120,40 @@ CHECK_PORT = 8001
 CHECK_CONTAINER = "sf-acceptance-check"
 
 
+def ad_hoc(unit: str, module: str, args: dict, timeout: float = 900) -> dict:
+    """One of specfleet's modules run ad hoc on a lab unit; its JSON result."""
+    binary = Path(sys.executable).with_name("ansible")
+    run = subprocess.run(
+        [str(binary), "-i", str(INVENTORY), unit, "-m", module, "-a", json.dumps(args)],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    return json.loads(run.stdout.split("=>", 1)[1])
+
+
 @pytest.fixture
 def ngram_server(real_rollout):
     """The ngram plan's speculative server again, beside the unit's serving (which the gate
-    put back on the baseline): a second real vLLM on another port, removed afterwards."""
+    put back on the baseline): a second real vLLM on another port, started and removed by
+    the vllm_container module the rollout uses."""
     unit = "orinnano-01"
-    image = real_rollout["records"][unit]["image"]
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
-    started = on_unit(unit, (
-        f"docker rm -f {CHECK_CONTAINER} >/dev/null 2>&1; docker run -d --name {CHECK_CONTAINER} --network host "
-        "--ipc host -v /var/lib/specfleet/huggingface:/root/.cache/huggingface -e HF_HUB_OFFLINE=1 "
-        f"--entrypoint vllm {image} serve specfleet/tiny-llama --port {CHECK_PORT} --seed 42 --dtype float32 "
-        f"--enforce-eager --max-model-len 1024 --speculative-config '{spec}'"
-    ))
-    assert started.returncode == 0, started.stderr
+    ad_hoc(unit, "vllm_container", {
+        "name": CHECK_CONTAINER,
+        "image": real_rollout["records"][unit]["image"],
+        "args": ["vllm", "serve", "specfleet/tiny-llama", "--port", str(CHECK_PORT), "--seed", "42",
+                 "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--speculative-config", spec],
+        "env": {"HF_HUB_OFFLINE": "1"},
+        "mounts": ["/var/lib/specfleet/huggingface:/root/.cache/huggingface"],
+        "port": CHECK_PORT,
+        "shm_size": "4g",
+        "ready_timeout": 600,
+    })
     try:
-        ready = on_unit(unit, "for i in $(seq 300); do python3 -c \"import urllib.request as u;"
-                              f"u.urlopen('http://127.0.0.1:{CHECK_PORT}/health')\" 2>/dev/null && exit 0; "
-                              "sleep 2; done; exit 1", timeout=700)
-        assert ready.returncode == 0, on_unit(unit, f"docker logs --tail 30 {CHECK_CONTAINER}").stdout
         yield unit
     finally:
-        on_unit(unit, f"docker rm -f {CHECK_CONTAINER}")
+        ad_hoc(unit, "vllm_container", {"name": CHECK_CONTAINER, "state": "absent"})
 
 
 def test_reported_acceptance_is_what_metrics_counted(ngram_server):
@@ -121,16 +161,9 @@ def test_reported_acceptance_is_what_metrics_counted(ngram_server):
     # the server's /metrics counted between before and after.
     unit = ngram_server
     before = metrics(unit, CHECK_PORT)
-    binary = Path(sys.executable).with_name("ansible")
-    bench = subprocess.run(
-        [str(binary), "-i", str(INVENTORY), unit, "-m", "spec_bench",
-         "-a", json.dumps({"url": f"http://127.0.0.1:{CHECK_PORT}", "label": "check", "warmups": 0,
-                           "repetitions": 1, "concurrency": [1], "workloads": ["code_edit"], "max_tokens": 64})],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
-    )
-    assert bench.returncode == 0, bench.stdout[-3000:]
-    result = json.loads(bench.stdout.split("=>", 1)[1])["bench"]
+    result = ad_hoc(unit, "spec_bench", {"url": f"http://127.0.0.1:{CHECK_PORT}", "label": "check", "warmups": 0,
+                                         "repetitions": 1, "concurrency": [1], "workloads": ["code_edit"],
+                                         "max_tokens": 64})["bench"]
     after = metrics(unit, CHECK_PORT)
     reported = result["results"]["code_edit"]["c1"]["acceptance"]
     assert reported["draft_tokens"] == int(after["draft_tokens"] - before["draft_tokens"]) > 0
