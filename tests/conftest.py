@@ -70,6 +70,11 @@ def lab_hosts() -> dict[str, dict]:
     return found
 
 
+def lab_vars() -> dict:
+    """The variables `lab up` wrote for every lab unit (inventory/lab/group_vars/all.yml)."""
+    return yaml.safe_load((LAB_INVENTORY / "group_vars" / "all.yml").read_text())
+
+
 def on_unit(
     host: str, command: str, timeout: float = 120, stdin: str | bytes | None = None, text: bool = True
 ) -> subprocess.CompletedProcess:

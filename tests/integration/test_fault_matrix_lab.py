@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import LAB_INVENTORY, on_unit
+from tests.conftest import LAB_INVENTORY, lab_vars, on_unit
 from tests.integration.test_rollout_lab import playbook
 
 # ~20 min on a fresh lab (a first rollout of all 8 units, then the faulted one): CI runs it
@@ -261,7 +260,7 @@ def test_truncated_cache_file_was_replaced_whole(faulted):
 def verify_live_caches(host: str) -> None:
     """Every live model on the unit is its controller manifest, byte for byte: each file,
     each snapshot link resolving to the right blob, nothing more (no half-replaced tree)."""
-    store = Path(yaml.safe_load((LAB_INVENTORY / "group_vars" / "all.yml").read_text())["specfleet_hf_cache_store"])
+    store = Path(lab_vars()["specfleet_hf_cache_store"])
     listing = ok(host, f"cd {HF_HUB} && for d in models--*; do "
                        "(cd \"$d\" && find -L . -type f -exec sha256sum {} +) | sed \"s|^|$d |\"; done")
     live: dict[str, dict[str, str]] = {}

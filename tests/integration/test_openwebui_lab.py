@@ -15,38 +15,24 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, lab_hosts
+from tests.integration.test_rollout_lab import playbook, recap
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-INVENTORY = REPO / "inventory" / "lab"
 UNIT = "thor-01"
 WHEELHOUSE_BUILDER = REPO / "lab" / "openwebui" / "build_wheelhouse.sh"
 
 
-def playbook(name: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
-    binary = Path(sys.executable).with_name("ansible-playbook")
+def timed_playbook(name: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    result = subprocess.run(
-        [str(binary), "-i", str(INVENTORY), f"playbooks/{name}", *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=3600,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
+    result = playbook(name, *extra)
     return result, time.monotonic() - started
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    counters = {}
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE):
-        counters[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", fields)}
-    return counters
 
 
 def served_models(address: str) -> tuple[int, list[str]]:
@@ -75,7 +61,7 @@ def serving(fleet_lab):
         pytest.skip(f"{UNIT}'s vLLM wants an API key someone else set (e.g. test_secrets_lab); left as it is")
     if status != 200 or not ids:
         for name in ("prepare.yml", "rollout.yml"):
-            result, seconds = playbook(name, "-l", UNIT)
+            result, seconds = timed_playbook(name, "-l", UNIT)
             print(f"{name} -l {UNIT}: {seconds:.0f} s")
             assert result.returncode == 0, result.stdout[-6000:]
         status, ids = served_models(address)
@@ -110,12 +96,12 @@ def openwebui(serving, tmp_path_factory):
     extra_file.write_text(json.dumps(extra))
     supervisor = root / "home" / "supervise.sh"
     try:
-        first, first_seconds = playbook("openwebui.yml", "-e", f"@{extra_file}")
+        first, first_seconds = timed_playbook("openwebui.yml", "-e", f"@{extra_file}")
         print(f"openwebui.yml first run: {first_seconds:.0f} s")
         assert first.returncode == 0, first.stdout[-6000:]
-        second, second_seconds = playbook("openwebui.yml", "-e", f"@{extra_file}")
+        second, second_seconds = timed_playbook("openwebui.yml", "-e", f"@{extra_file}")
         print(f"openwebui.yml second run: {second_seconds:.0f} s")
-        check, check_seconds = playbook("openwebui.yml", "-e", f"@{extra_file}", "--check", "--diff")
+        check, check_seconds = timed_playbook("openwebui.yml", "-e", f"@{extra_file}", "--check", "--diff")
         print(f"openwebui.yml --check: {check_seconds:.0f} s")
         yield {"url": f"http://127.0.0.1:{port}", "first": first, "second": second, "check": check, **serving}
     finally:

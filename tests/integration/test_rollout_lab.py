@@ -88,13 +88,17 @@ def rolled_out(prepared, tmp_path_factory):
         assert on_unit(host, f"echo '{json.dumps(faults)}' > /etc/specfleet-lab/faults.json").returncode == 0
     runs = tmp_path_factory.mktemp("runs")
     # The three faults are injected on purpose: one wave and no failure budget, so every unit
-    # is rolled out (Ansible ends a play outright when every host of a wave fails).
-    result = playbook("rollout.yml", "-e", f"specfleet_runs_dir={runs}",
-                      "-e", '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100}',
+    # is rolled out (Ansible ends a play outright when every host of a wave fails). Every unit
+    # is measured, whatever an earlier module's rollout decided for the same candidate.
+    settings = {"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100,
+                "specfleet_rollout_remeasure": True}
+    result = playbook("rollout.yml", "-e", f"specfleet_runs_dir={runs}", "-e", json.dumps(settings),
                       env={"SPECFLEET_RUNS_DIR": str(runs)})
     run_dir = next(runs.iterdir())
     records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
-    return {"result": result, "records": records, "run_dir": run_dir}
+    yield {"result": result, "records": records, "run_dir": run_dir}
+    for host in FAULTS:
+        on_unit(host, "rm -f /etc/specfleet-lab/faults.json")
 
 
 def test_rollout_decisions(rolled_out):
@@ -145,3 +149,32 @@ def test_rollback_playbook_restores_known_good(rolled_out):
     release = json.loads(on_unit("thor-01", "cat /var/lib/specfleet/release.json").stdout)
     assert release["current"]["spec_id"] == release["known_good"]["spec_id"]
     assert on_unit("thor-01", "curl -sf http://127.0.0.1:8000/health").returncode == 0
+
+
+def test_kept_serving_that_no_longer_starts_is_measured_again(rolled_out, tmp_path):
+    """A unit whose kept speculative container went away and no longer starts (here: its
+    engine now rejects the config) is not left serving nothing: the re-run measures it again
+    from its baseline, which it then serves as its known-good."""
+    host = "agxorin-jp72-01"
+    assert rolled_out["records"][host]["decision"] == "kept"
+    faults = {"only_when_speculating": True, "reject_speculative_config": True}
+    assert on_unit(host, f"echo '{json.dumps(faults)}' > /etc/specfleet-lab/faults.json").returncode == 0
+    assert on_unit(host, "docker rm -f specfleet-vllm").returncode == 0
+    try:
+        result = playbook("rollout.yml", "-l", host, "-e", f"specfleet_runs_dir={tmp_path}",
+                          env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+        assert result.returncode != 0, "a unit whose candidate fails counts as failed"
+        record = json.loads(next(tmp_path.glob(f"*/units/{host}.json")).read_text())
+        assert record["decision"] == "failed" and record["serving"] == "baseline", record["reasons"]
+        assert record["failure"]["failure_class"] == "spec_config_rejected"
+        assert "did not start again (spec_config_rejected): measured again" in record["reasons"][-1]
+        assert record["baseline"]["ok"]
+        release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+        assert release["current"]["kind"] == release["known_good"]["kind"] == "baseline"
+        assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    finally:
+        on_unit(host, "rm -f /etc/specfleet-lab/faults.json")
+    # Without the fault the candidate passes again when asked to measure.
+    again = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]["kind"] == "speculative"

@@ -16,12 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from specfleet_unit.spec_bench_client import spec_decode_counters
 
 from specfleet import gate
 from specfleet import policy as policy_module
-from tests.conftest import LAB_INVENTORY, REPO
+from tests.conftest import REPO, lab_vars
 from tests.integration.test_rollout_lab import INVENTORY, on_unit, playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -150,7 +149,7 @@ def ngram_server(real_rollout):
         "port": CHECK_PORT,
         "shm_size": "4g",
         # The lab's own setting (this host cannot raise memlock), as the rollout gets it.
-        "ulimits": yaml.safe_load((LAB_INVENTORY / "group_vars" / "all.yml").read_text())["specfleet_serve_ulimits"],
+        "ulimits": lab_vars()["specfleet_serve_ulimits"],
         "ready_timeout": 600,
     })
     try:
