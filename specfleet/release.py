@@ -68,6 +68,31 @@ def known_good(record: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, 
     return updated
 
 
+def baseline_serving(record: Mapping[str, Any], baseline: Mapping[str, Any], candidate_id: str) -> dict[str, Any]:
+    """The unit serves its ``baseline`` while ``candidate_id`` is measured. The baseline is the
+    known-good unless another config already is: a known-good that is the candidate itself
+    (kept earlier, measured again now) is on trial and does not count."""
+    earlier = (record.get("known_good") or {}).get("spec_id")
+    if earlier in (None, candidate_id):
+        return known_good(record, baseline)
+    return serving(record, baseline)
+
+
+def forget_known_good(record: Mapping[str, Any], spec_id: str) -> dict[str, Any]:
+    """``spec_id`` did not start again: it is no longer what rollback returns to."""
+    updated = copy.deepcopy(dict(record))
+    if (updated.get("known_good") or {}).get("spec_id") == spec_id:
+        updated["known_good"] = None
+    return updated
+
+
+def serving_nothing(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Nothing known-good started: the unit serves nothing, and the record says so."""
+    updated = copy.deepcopy(dict(record))
+    updated["current"] = updated["known_good"] = None
+    return updated
+
+
 def decided(record: Mapping[str, Any], candidate_id: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
     """Remember the outcome for a candidate so an unchanged re-run does not measure again."""
     updated = copy.deepcopy(dict(record))

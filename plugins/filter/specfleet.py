@@ -43,5 +43,8 @@ class FilterModule:
             "specfleet_release_serving": release.serving,
             "specfleet_release_known_good": release.known_good,
             "specfleet_release_decided": release.decided,
+            "specfleet_release_baseline_serving": release.baseline_serving,
+            "specfleet_release_forget_known_good": release.forget_known_good,
+            "specfleet_release_serving_nothing": release.serving_nothing,
             "specfleet_release_previous_decision": release.previous_decision,
         }

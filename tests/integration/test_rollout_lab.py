@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.lab import lab
 from tests.conftest import REPO, on_unit
 from tests.conftest import lab_hosts as hosts
 
@@ -83,9 +84,9 @@ def test_prepare_is_idempotent_and_keeps_site_keys(prepared):
 
 
 @pytest.fixture(scope="module")
-def rolled_out(prepared, tmp_path_factory):
+def rolled_out(fleet_lab, prepared, tmp_path_factory):
     for host, faults in FAULTS.items():
-        assert on_unit(host, f"echo '{json.dumps(faults)}' > /etc/specfleet-lab/faults.json").returncode == 0
+        lab.set_faults(fleet_lab, host, faults)
     runs = tmp_path_factory.mktemp("runs")
     # The three faults are injected on purpose: one wave and no failure budget, so every unit
     # is rolled out (Ansible ends a play outright when every host of a wave fails). Every unit
@@ -98,7 +99,7 @@ def rolled_out(prepared, tmp_path_factory):
     records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
     yield {"result": result, "records": records, "run_dir": run_dir}
     for host in FAULTS:
-        on_unit(host, "rm -f /etc/specfleet-lab/faults.json")
+        lab.set_faults(fleet_lab, host, None)
 
 
 def test_rollout_decisions(rolled_out):
@@ -151,14 +152,13 @@ def test_rollback_playbook_restores_known_good(rolled_out):
     assert on_unit("thor-01", "curl -sf http://127.0.0.1:8000/health").returncode == 0
 
 
-def test_kept_serving_that_no_longer_starts_is_measured_again(rolled_out, tmp_path):
+def test_kept_serving_that_no_longer_starts_is_measured_again(fleet_lab, rolled_out, tmp_path):
     """A unit whose kept speculative container went away and no longer starts (here: its
     engine now rejects the config) is not left serving nothing: the re-run measures it again
     from its baseline, which it then serves as its known-good."""
     host = "agxorin-jp72-01"
     assert rolled_out["records"][host]["decision"] == "kept"
-    faults = {"only_when_speculating": True, "reject_speculative_config": True}
-    assert on_unit(host, f"echo '{json.dumps(faults)}' > /etc/specfleet-lab/faults.json").returncode == 0
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "reject_speculative_config": True})
     assert on_unit(host, "docker rm -f specfleet-vllm").returncode == 0
     try:
         result = playbook("rollout.yml", "-l", host, "-e", f"specfleet_runs_dir={tmp_path}",
@@ -173,7 +173,7 @@ def test_kept_serving_that_no_longer_starts_is_measured_again(rolled_out, tmp_pa
         assert release["current"]["kind"] == release["known_good"]["kind"] == "baseline"
         assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
     finally:
-        on_unit(host, "rm -f /etc/specfleet-lab/faults.json")
+        lab.set_faults(fleet_lab, host, None)
     # Without the fault the candidate passes again when asked to measure.
     again = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true")
     assert again.returncode == 0, again.stdout[-4000:]

@@ -69,6 +69,30 @@ def test_release_record_flow():
     assert record["current"]["secret_env_names"] == ["HF_TOKEN"]  # names only, never values
 
 
+def test_a_known_good_that_is_the_candidate_is_on_trial():
+    base = release.serving_spec("baseline", "img:1", ["vllm", "serve", "m"], {}, [], [])
+    spec = release.serving_spec("speculative", "img:1", ["vllm", "serve", "m", "--speculative-config", "{}"],
+                                {}, [], [])
+    other = release.serving_spec("speculative", "img:1", ["vllm", "serve", "m", "--speculative-config", "{\"k\": 2}"],
+                                 {}, [], [])
+    fresh = release.baseline_serving(release.parse(None), base, spec["spec_id"])
+    assert fresh["known_good"] == fresh["current"] == base
+    on_trial = release.baseline_serving(release.known_good(release.parse(None), spec), base, spec["spec_id"])
+    assert on_trial["known_good"] == base
+    earlier = release.baseline_serving(release.known_good(release.parse(None), other), base, spec["spec_id"])
+    assert earlier["known_good"] == other and earlier["current"] == base
+
+
+def test_a_serving_that_did_not_start_is_forgotten_and_nothing_is_left():
+    base = release.serving_spec("baseline", "img:1", ["vllm", "serve", "m"], {}, [], [])
+    record = release.known_good(release.parse(None), base)
+    assert release.forget_known_good(record, "another")["known_good"] == base
+    assert release.forget_known_good(record, base["spec_id"])["known_good"] is None
+    assert record["known_good"] == base  # the input record is not changed
+    nothing = release.serving_nothing(record)
+    assert nothing["current"] is None and nothing["known_good"] is None
+
+
 def test_unreadable_record_means_no_known_good():
     assert release.parse("{broken")["known_good"] is None
 
