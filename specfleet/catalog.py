@@ -79,6 +79,10 @@ class Catalog:
         model = self.model(repo)
         return model.weights_gib if model else None
 
+    def gated(self, repos: list[str]) -> list[str]:
+        """The repos among `repos` that the Hub gates behind a licence (catalog `gated`)."""
+        return [repo for repo in repos if (model := self.model(repo)) is not None and model.gated]
+
     def names(self) -> list[str]:
         return [model.name for model in self.models]
 

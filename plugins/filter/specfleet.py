@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from specfleet import cache, daemon_json, release, render
+from specfleet.catalog import load_catalog
 
 
 def specfleet_plan_summary(plans: list[dict]) -> list[str]:
@@ -31,12 +32,18 @@ def specfleet_plan_repos(plan: dict) -> list[str]:
     return repos
 
 
+def specfleet_gated_repos(repos: list[str]) -> list[str]:
+    """The repos the catalog marks gated on the Hub (their refusal says how to fetch them)."""
+    return load_catalog().gated(repos)
+
+
 class FilterModule:
     def filters(self):
         return {
             "specfleet_plan_summary": specfleet_plan_summary,
             "specfleet_daemon_json": specfleet_daemon_json,
             "specfleet_plan_repos": specfleet_plan_repos,
+            "specfleet_gated_repos": specfleet_gated_repos,
             "specfleet_hf_repo_dir": cache.hf_repo_dir,
             "specfleet_serving_spec": release.serving_spec,
             "specfleet_release_parse": release.parse,

@@ -17,7 +17,8 @@ unit (the emulator's fault switches only where a real vLLM fault cannot be provo
 
 For every unit: it ends serving a known-good config, no cache is left half-replaced, the
 report names the cause, and the other units are unaffected. The out-of-memory, rejected
-speculative config and mid-benchmark crash cases are in test_rollout_lab.py.
+speculative config and mid-benchmark crash cases are in test_rollout_lab.py; disk full during
+rsync and a gated model missing from the store in test_prepare_faults_lab.py.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def faulted(known_good, tmp_path_factory):
         for watcher in watchers:
             watcher.start()
         runs = tmp_path_factory.mktemp("runs")
-        result = playbook("site.yml", "-e", f"specfleet_runs_dir={runs}",
+        result = playbook("site.yml",
                           "-e", '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100}',
                           env={"SPECFLEET_RUNS_DIR": str(runs)})
         stop.set()

@@ -93,7 +93,7 @@ def rolled_out(fleet_lab, prepared, tmp_path_factory):
     # is measured, whatever an earlier module's rollout decided for the same candidate.
     settings = {"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100,
                 "specfleet_rollout_remeasure": True}
-    result = playbook("rollout.yml", "-e", f"specfleet_runs_dir={runs}", "-e", json.dumps(settings),
+    result = playbook("rollout.yml", "-e", json.dumps(settings),
                       env={"SPECFLEET_RUNS_DIR": str(runs)})
     run_dir = next(runs.iterdir())
     records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
@@ -161,8 +161,7 @@ def test_kept_serving_that_no_longer_starts_is_measured_again(fleet_lab, rolled_
     lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "reject_speculative_config": True})
     assert on_unit(host, "docker rm -f specfleet-vllm").returncode == 0
     try:
-        result = playbook("rollout.yml", "-l", host, "-e", f"specfleet_runs_dir={tmp_path}",
-                          env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+        result = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
         assert result.returncode != 0, "a unit whose candidate fails counts as failed"
         record = json.loads(next(tmp_path.glob(f"*/units/{host}.json")).read_text())
         assert record["decision"] == "failed" and record["serving"] == "baseline", record["reasons"]

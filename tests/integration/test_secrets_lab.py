@@ -125,7 +125,7 @@ def vault_run(fleet_lab, tmp_path_factory):
     started = time.monotonic()
     result = playbook(
         "playbooks/site.yml", "-v", "-e", f"@{vault}", "--vault-password-file", str(password),
-        "-e", f"specfleet_runs_dir={runs}", "-e", "specfleet_rollout_remeasure=true",
+        "-e", "specfleet_rollout_remeasure=true",
         env={"ANSIBLE_LOG_PATH": str(log), "SPECFLEET_RUNS_DIR": str(runs)},
     )
     seconds = time.monotonic() - started
@@ -136,8 +136,7 @@ def vault_run(fleet_lab, tmp_path_factory):
     # secrets goes back to the keyless serving (an earlier decision, so nothing is measured).
     cleanup_runs = tmp / "cleanup-runs"
     cleanup_runs.mkdir()
-    playbook("playbooks/rollout.yml", "-e", f"specfleet_runs_dir={cleanup_runs}",
-             env={"SPECFLEET_RUNS_DIR": str(cleanup_runs)})
+    playbook("playbooks/rollout.yml", env={"SPECFLEET_RUNS_DIR": str(cleanup_runs)})
 
 
 def test_vault_file_is_encrypted_and_the_control_finds_the_secrets_in_its_plaintext(vault_run):

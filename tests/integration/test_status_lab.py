@@ -54,8 +54,6 @@ def recorded_unit(fleet_lab, tmp_path_factory):
                 "playbooks/site.yml",
                 "-l",
                 RECORDED,
-                "-e",
-                f"specfleet_runs_dir={runs}",
             ],
             cwd=REPO,
             capture_output=True,

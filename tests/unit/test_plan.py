@@ -227,3 +227,11 @@ def test_pinned_image_that_does_not_fit_is_refused(unit_facts):
 def test_pin_and_extra_args_are_validated(overrides, message):
     problems = policy_module.validate(policy_module.merge(overrides), CATALOG)
     assert any(problem.startswith(message) for problem in problems), problems
+
+
+def test_gated_repos_come_from_the_catalog():
+    from specfleet.catalog import load_catalog
+
+    repos = ["meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+             "nvidia/Llama-3.1-8B-Instruct-FP4", "meta-llama/Llama-3.2-1B-Instruct", "someone/not-in-catalog"]
+    assert load_catalog().gated(repos) == ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"]

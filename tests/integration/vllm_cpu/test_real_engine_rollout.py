@@ -42,8 +42,8 @@ def real_rollout(fleet_lab, tmp_path_factory):
         prepared = playbook("prepare.yml", "-l", limit)
         assert prepared.returncode == 0, prepared.stdout[-6000:]
         # Measure afresh even when an earlier run decided for the same candidates.
-        result = playbook("rollout.yml", "-l", limit, "-e", f"specfleet_runs_dir={runs}",
-                          "-e", "specfleet_rollout_remeasure=true", env={"SPECFLEET_RUNS_DIR": str(runs)})
+        result = playbook("rollout.yml", "-l", limit, "-e", "specfleet_rollout_remeasure=true",
+                          env={"SPECFLEET_RUNS_DIR": str(runs)})
         run_dir = next(runs.iterdir())
         records = {path.stem: json.loads(path.read_text()) for path in (run_dir / "units").glob("*.json")}
         yield {"result": result, "records": records}
