@@ -1,7 +1,8 @@
 """specfleet vLLM emulator: a labelled stand-in for CUDA vLLM, used by the specfleet lab.
 
 The lab has no GPU, so the serving container of each emulated Jetson unit runs this
-package instead of `vllm serve`. It honours the `vllm serve` flags the toolkit emits,
+package instead of `vllm serve` (and an emulated DGX Spark runs its `trtllm-serve`
+flavour instead of TensorRT-LLM, see trtllm_cli.py). It honours the `vllm serve` flags the toolkit emits,
 serves the OpenAI API and `/metrics` with vLLM's names, logs vLLM's startup and
 SpecDecoding lines, fails the way vLLM fails, and paces tokens from a performance model
 calibrated to the seeds' published figures. It never pretends to be real: the first log
@@ -18,6 +19,8 @@ EMULATOR_VERSION = "1.0.0"
 # The vLLM release whose behaviour (flags, messages, metric names) is emulated. The lab
 # may override it to emulate a different image tag; the API keeps vLLM's shape.
 DEFAULT_EMULATED_VLLM_VERSION = "0.20.2"
+# The TensorRT-LLM release of the DGX Spark image (nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6).
+DEFAULT_EMULATED_TRTLLM_VERSION = "1.2.0rc6"
 
 
 def emulated_vllm_version() -> str:
@@ -30,6 +33,16 @@ def labelled_version() -> str:
     return f"{emulated_vllm_version()}-emulated"
 
 
+def emulated_trtllm_version() -> str:
+    """Version `trtllm-serve`'s `/version` reports (TensorRT-LLM-shaped, no label)."""
+    return os.environ.get("SPECFLEET_EMULATOR_TRTLLM_VERSION", DEFAULT_EMULATED_TRTLLM_VERSION)
+
+
 def server_header() -> str:
     """Value of the HTTP `server` header: the explicit emulator label."""
     return f"{EMULATOR_NAME}/{EMULATOR_VERSION} (vllm {emulated_vllm_version()} emulated)"
+
+
+def trtllm_server_header() -> str:
+    """The `server` header of the `trtllm-serve` flavour: the same label, the other engine."""
+    return f"{EMULATOR_NAME}/{EMULATOR_VERSION} (tensorrt-llm {emulated_trtllm_version()} emulated)"

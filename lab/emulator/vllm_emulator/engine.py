@@ -70,6 +70,23 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class StepRecord:
+    """What one engine step did, for engines that report per-iteration statistics."""
+
+    iteration: int
+    started: float  # time.monotonic() when the step was planned
+    finished: float  # ... and when its outputs were handed out
+    new_requests: int  # admitted this step (their prompts were prefilled)
+    context_tokens: int
+    generation_requests: int
+    generation_tokens: int  # tokens the target verified for decoding sequences (1 + drafts)
+    completed_requests: int
+    active_requests: int  # running after the step
+    queued_requests: int
+    kv_tokens_used: int
+
+
+@dataclass(frozen=True)
 class NoiseModel:
     """Run-to-run spread: a fixed per-unit factor and a per-request factor, both seeded."""
 
@@ -115,6 +132,7 @@ class Engine:
         noise: NoiseModel,
         hang_after_tokens: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        step_observer: Callable[[StepRecord], None] | None = None,
     ) -> None:
         self.perf = perf
         self.metrics = metrics
@@ -124,6 +142,8 @@ class Engine:
         self.noise = noise
         self.hang_after_tokens = hang_after_tokens
         self._sleep = sleep
+        self._step_observer = step_observer
+        self._iteration = 0
         self._cond = threading.Condition()
         self._waiting: deque[GenerationRequest] = deque()
         self._running: list[GenerationRequest] = []
@@ -222,6 +242,7 @@ class Engine:
                 self._update_queue_gauges()
             if not new and not decoding:
                 continue
+            step_started = time.monotonic()
             plan = self._plan_step(decoding)
             duration = step_timing(
                 self.perf,
@@ -240,12 +261,44 @@ class Engine:
             with self._cond:
                 deliveries = self._apply_step(new, decoding, plan, now)
                 self._update_queue_gauges()
+                record = None
+                if self._step_observer is not None:
+                    record = self._step_record(step_started, now, new, decoding, plan, deliveries)
             for request, output in deliveries:
                 request.outbox.put(output)
+            if record is not None and self._step_observer is not None:
+                self._step_observer(record)  # outside the lock: it may log or queue
             if self.hung:
                 # Fault switch: the engine never steps again. Streams stay open and
                 # silent, like a wedged GPU; /health keeps answering.
                 threading.Event().wait()
+
+    def _step_record(
+        self,
+        started: float,
+        finished: float,
+        new: list[GenerationRequest],
+        decoding: list[GenerationRequest],
+        plan: list[tuple[bool, int]],
+        deliveries: list[tuple[GenerationRequest, object]],
+    ) -> StepRecord:
+        """Counts of the step just applied (call with the lock held)."""
+        self._iteration += 1
+        k = self.perf.num_speculative_tokens if self.perf.method else 0
+        completed = sum(1 for _, output in deliveries if isinstance(output, StepOutput) and output.finish_reason)
+        return StepRecord(
+            iteration=self._iteration,
+            started=started,
+            finished=finished,
+            new_requests=len(new),
+            context_tokens=sum(r.prompt_tokens for r in new),
+            generation_requests=len(decoding),
+            generation_tokens=sum(1 + (k if proposed else 0) for proposed, _ in plan),
+            completed_requests=completed,
+            active_requests=len(self._running),
+            queued_requests=len(self._waiting),
+            kv_tokens_used=sum(kv_tokens_for(r.context_tokens) for r in self._running),
+        )
 
     def _plan_step(self, decoding: list[GenerationRequest]) -> list[tuple[bool, int]]:
         """Per decoding sequence: (proposed drafts?, accepted draft tokens)."""

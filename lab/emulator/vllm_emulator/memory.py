@@ -134,20 +134,7 @@ def plan_memory(
         )
         return _failed(plan, "free_memory", message)
     if weights + NON_TORCH_GIB > free:
-        short_mib = (weights + NON_TORCH_GIB - free) * 1024
-        message = (
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-            f"{min(short_mib + 256, 2048):.2f} MiB. GPU 0 has a total capacity of "
-            f"{total:.2f} GiB of which {max(free - weights, 0) * 1024:.2f} MiB is free. "
-            f"Including non-PyTorch memory, this process has {min(weights, free):.2f} GiB "
-            "memory in use. Of the allocated memory "
-            f"{min(weights, free) - 0.1:.2f} GiB is allocated by PyTorch, and 64.00 MiB is "
-            "reserved by PyTorch but unallocated. If reserved but unallocated memory is "
-            "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
-            "fragmentation.  See documentation for Memory Management  "
-            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
-        )
-        return _failed(plan, "weights_oom", message)
+        return _failed(plan, "weights_oom", weights_oom_message(total, free, weights))
     if kv_tokens <= 0:
         message = (
             "ValueError: No available memory for the cache blocks. Try increasing "
@@ -166,6 +153,28 @@ def plan_memory(
         )
         return _failed(plan, "kv_too_small", message)
     return plan
+
+
+def weights_oom_message(total_gib: float, free_gib: float, weights_gib: float) -> str:
+    """torch's CUDA OOM line when weights of ``weights_gib`` do not fit in ``free_gib``.
+
+    Shared by every emulated engine: whichever serves the model, it is torch's caching
+    allocator that runs out while the weights load.
+    """
+    short_mib = (weights_gib + NON_TORCH_GIB - free_gib) * 1024
+    in_use = min(weights_gib, free_gib)
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        f"{min(short_mib + 256, 2048):.2f} MiB. GPU 0 has a total capacity of "
+        f"{total_gib:.2f} GiB of which {max(free_gib - weights_gib, 0) * 1024:.2f} MiB is free. "
+        f"Including non-PyTorch memory, this process has {in_use:.2f} GiB "
+        "memory in use. Of the allocated memory "
+        f"{in_use - 0.1:.2f} GiB is allocated by PyTorch, and 64.00 MiB is "
+        "reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+        "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
 
 
 def _failed(plan: MemoryPlan, kind: str, message: str) -> MemoryPlan:

@@ -18,15 +18,23 @@ import uuid
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import EMULATOR_NAME, emulated_vllm_version, server_header
+from . import EMULATOR_NAME, emulated_trtllm_version, emulated_vllm_version, server_header
 from .engine import ENGINE_DEAD, Engine, GenerationRequest, StepOutput
 from .logs import VllmLogger
 from .metrics import VllmMetrics
 from .perfmodel import detect_workload
 from .specconfig import ResolvedSpeculation
 from .tokens import count_tokens, generate, natural_length, render_chat_prompt, user_text
+
+if TYPE_CHECKING:
+    from .trtllm_runtime import IterationStatsQueue
+
+# Which engine's API the server speaks: `vllm serve`, or `trtllm-serve` (TensorRT-LLM:
+# `/version` reports its version, `/metrics` is its JSON list of iteration statistics).
+VLLM = "vllm"
+TRTLLM = "trtllm"
 
 SPEC_SAMPLING_ERROR = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
 ROUTES = [
@@ -75,6 +83,10 @@ class ServerState:
     crash_after_requests: int | None = None
     engine_seed: int = 0
     emulator_info: dict[str, Any] = field(default_factory=dict)
+    flavour: str = VLLM
+    label: str = "specfleet vLLM EMULATOR"
+    # trtllm-serve: the executor's stats queue, present only with enable_iter_perf_stats.
+    iteration_stats: IterationStatsQueue | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     completed_requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -164,7 +176,7 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
     defaults = state.generation_defaults
     min_p = _number(body, "min_p", defaults.get("min_p", 0.0)) or 0.0
     logit_bias = body.get("logit_bias")
-    if state.speculative is not None and (min_p > 1e-5 or logit_bias):
+    if state.flavour == VLLM and state.speculative is not None and (min_p > 1e-5 or logit_bias):
         raise ApiError(400, SPEC_SAMPLING_ERROR)
     temperature = _number(body, "temperature", defaults.get("temperature", 1.0))
     temperature = 1.0 if temperature is None else temperature
@@ -278,9 +290,15 @@ class EmulatorHandler(BaseHTTPRequestHandler):
         elif path == "/load":
             self._json(200, {"server_load": state.engine.running_count + state.engine.waiting_count})
         elif path == "/version":
-            self._json(200, {"version": emulated_vllm_version()})
+            version = emulated_trtllm_version() if state.flavour == TRTLLM else emulated_vllm_version()
+            self._json(200, {"version": version})
         elif path == "/v1/models":
-            self._json(200, self._models())
+            self._json(200, self._trtllm_models() if state.flavour == TRTLLM else self._models())
+        elif path == "/metrics" and state.flavour == TRTLLM:
+            # Not Prometheus: the iteration stats queued since the last read (none unless
+            # enable_iter_perf_stats), and no speculative-decoding counters.
+            stats = state.iteration_stats.drain() if state.iteration_stats is not None else []
+            self._json(200, stats)
         elif path == "/metrics":
             self._send(200, state.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/specfleet/emulator":
@@ -325,6 +343,15 @@ class EmulatorHandler(BaseHTTPRequestHandler):
                 }
             )
         return {"object": "list", "data": data}
+
+    def _trtllm_models(self) -> dict[str, Any]:
+        """TensorRT-LLM's ModelList: one ModelCard, owned by tensorrt_llm."""
+        state = self.state
+        cards = [
+            {"id": name, "object": "model", "created": state.created, "owned_by": "tensorrt_llm"}
+            for name in state.served_model_names
+        ]
+        return {"object": "list", "data": cards}
 
     # --- POST --------------------------------------------------------------------------
 
@@ -381,10 +408,12 @@ class EmulatorHandler(BaseHTTPRequestHandler):
             state.completed_requests += 1
             crash = state.crash_after_requests is not None and state.completed_requests >= state.crash_after_requests
         if crash:
-            state.log.error("core.py:735", "EngineCore encountered a fatal error.", "EngineCore_DP0")
+            fatal = (
+                "Executor worker returned error" if state.flavour == TRTLLM else "EngineCore encountered a fatal error."
+            )
+            state.log.error("core.py:735", fatal, "EngineCore_DP0")
             state.log.plain(
-                f"specfleet vLLM EMULATOR fault switch: crash_after_requests="
-                f"{state.crash_after_requests} reached, exiting hard"
+                f"{state.label} fault switch: crash_after_requests={state.crash_after_requests} reached, exiting hard"
             )
             os._exit(1)
 
@@ -528,12 +557,18 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
 
-def make_server(state: ServerState | None, host: str, port: int) -> EmulatorHTTPServer:
+def make_server(
+    state: ServerState | None, host: str, port: int, server_version: str | None = None
+) -> EmulatorHTTPServer:
     """Bind now, listen later (call `server_activate()` when the engine is ready).
 
-    `state` may be attached later (the socket is bound before the engine exists).
+    `state` may be attached later (the socket is bound before the engine exists);
+    `server_version` replaces the `server` header (the trtllm-serve flavour's label).
     """
-    handler = type("BoundEmulatorHandler", (EmulatorHandler,), {"state": state})
+    attributes: dict[str, Any] = {"state": state}
+    if server_version is not None:
+        attributes["server_version"] = server_version
+    handler = type("BoundEmulatorHandler", (EmulatorHandler,), attributes)
     server = EmulatorHTTPServer((host, port), handler, bind_and_activate=False)
     server.server_bind()
     return server
