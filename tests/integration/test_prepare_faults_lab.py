@@ -71,6 +71,10 @@ def faulted(fleet_lab, tmp_path_factory):
         run_dir = next(runs.iterdir())
         staged = ok(DISK_FULL, f"find {INCOMING} -type f | head; df -B1 --output=used {INCOMING} | tail -1 | tr -d ' '")
         after = {host: unit_state(host) for host in (DISK_FULL, GATED)}
+        # A copy that fails for another reason (here the staging folder turned read-only) keeps
+        # whatever it staged, for the next run to resume.
+        ok(DISK_FULL, f"mount -o remount,ro {INCOMING}")
+        unwritable = playbook("prepare.yml", "-l", DISK_FULL)
         ok(DISK_FULL, f"umount {INCOMING}")
         # With room again, the same prepare copies the model and switches it in whole.
         recovered = playbook("prepare.yml", "-l", DISK_FULL)
@@ -81,6 +85,7 @@ def faulted(fleet_lab, tmp_path_factory):
             "before": before,
             "after": after,
             "staged": staged,
+            "unwritable": unwritable,
             "recovered": recovered,
         }
     finally:
@@ -113,6 +118,15 @@ def test_disk_full_leaves_no_partial_copy(faulted):
 def test_disk_full_leaves_cache_and_serving_as_they_were(faulted):
     assert faulted["after"][DISK_FULL] == faulted["before"][DISK_FULL]
     assert "Qwen3-0.6B" not in faulted["after"][DISK_FULL]["cache"]
+
+
+def test_other_copy_failures_keep_the_partial_copy_and_say_why(faulted):
+    result = faulted["unwritable"]
+    assert result.returncode != 0
+    output = " ".join(result.stdout.split())  # the YAML callback folds long messages
+    assert "Copying Qwen/Qwen3-0.6B failed (rsync" in output, result.stdout[-3000:]
+    assert "Read-only file system" in output, result.stdout[-3000:]
+    assert "the next run resumes it" in output
 
 
 def test_disk_full_unit_copies_the_model_once_there_is_room(faulted):
