@@ -82,6 +82,12 @@ link_dest:
   type: str
 free_bytes: {description: Free bytes on the store's filesystem., returned: always, type: int}
 needed_bytes: {description: Bytes a copy must still transfer (0 when up to date)., returned: always, type: int}
+staging_fits:
+  description:
+    - Whether the filesystem the copy is staged on has room for what it must still transfer.
+      False after a copy that failed means the disk filled up (whatever rsync managed to say).
+  returned: always
+  type: bool
 problems:
   description: Files that did not match the manifest.
   returned: when not up to date or on failure
@@ -112,6 +118,7 @@ def inspect(layout: StoreLayout, manifest: dict, full: bool) -> dict:
     # Hard-link from what is live, or from a staged partial copy of this very version.
     link_dest = live_dir if live_dir and os.path.isdir(live_dir) else None
     have = staging if os.path.isdir(staging) else link_dest
+    needed = 0 if up_to_date else bytes_to_fetch(manifest, have)
     return {
         "up_to_date": up_to_date,
         "current_id": current,
@@ -120,7 +127,8 @@ def inspect(layout: StoreLayout, manifest: dict, full: bool) -> dict:
         "staging_dir": staging,
         "link_dest": link_dest,
         "free_bytes": free_bytes(layout.root),
-        "needed_bytes": 0 if up_to_date else bytes_to_fetch(manifest, have),
+        "needed_bytes": needed,
+        "staging_fits": free_bytes(staging) >= needed,
         "total_bytes": total_bytes(manifest),
         "problems": problems,
     }

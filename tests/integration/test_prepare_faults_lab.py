@@ -71,9 +71,9 @@ def faulted(fleet_lab, tmp_path_factory):
         run_dir = next(runs.iterdir())
         staged = ok(DISK_FULL, f"find {INCOMING} -type f | head; df -B1 --output=used {INCOMING} | tail -1 | tr -d ' '")
         after = {host: unit_state(host) for host in (DISK_FULL, GATED)}
-        # A copy that fails for another reason (here the staging folder turned read-only) keeps
-        # whatever it staged, for the next run to resume.
-        ok(DISK_FULL, f"mount -o remount,ro {INCOMING}")
+        # A copy that fails for another reason (here the staging folder turned read-only, with
+        # room enough) keeps whatever it staged, for the next run to resume.
+        ok(DISK_FULL, f"mount -o remount,ro,size=4m {INCOMING}")
         unwritable = playbook("prepare.yml", "-l", DISK_FULL)
         ok(DISK_FULL, f"umount {INCOMING}")
         # With room again, the same prepare copies the model and switches it in whole.
@@ -107,7 +107,7 @@ def test_disk_full_is_refused_with_the_cause(faulted):
     record = faulted["records"][DISK_FULL]
     assert record["decision"] == "failed", record
     assert "filled up while copying Qwen/Qwen3-0.6B" in reasons(record), record
-    assert "No space left on device" in reasons(record), record
+    assert "no room left for the rest of the copy" in reasons(record), record
 
 
 def test_disk_full_leaves_no_partial_copy(faulted):
