@@ -20,6 +20,18 @@ def hf_repo_dir(repo_id: str) -> str:
     return "models--" + repo_id.replace("/", "--")
 
 
+# What ssh prints on every connection to a unit whose key it does not keep (the copy's ssh
+# runs with UserKnownHostsFile=/dev/null): not a reason the copy failed.
+SSH_NOTICE_PREFIX = "Warning: Permanently added"
+
+
+def rsync_complaint(stderr: str) -> str:
+    """The first line of a failed copy's stderr that says why, ssh's notices left out."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    reasons = [line for line in lines if line and not line.startswith(SSH_NOTICE_PREFIX)]
+    return reasons[0] if reasons else "rsync failed"
+
+
 def store_entries(store: Path, subdir: str) -> list[Path]:
     base = store / subdir if subdir else store
     return sorted(path for path in base.iterdir() if path.is_dir() and not path.name.startswith("."))

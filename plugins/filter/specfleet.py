@@ -45,6 +45,7 @@ class FilterModule:
             "specfleet_plan_repos": specfleet_plan_repos,
             "specfleet_gated_repos": specfleet_gated_repos,
             "specfleet_hf_repo_dir": cache.hf_repo_dir,
+            "specfleet_rsync_complaint": cache.rsync_complaint,
             "specfleet_serving_spec": release.serving_spec,
             "specfleet_release_parse": release.parse,
             "specfleet_release_serving": release.serving,

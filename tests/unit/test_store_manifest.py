@@ -96,3 +96,14 @@ def test_verify_quick_vs_full(tmp_path):
     (root / "blobs" / "c").write_bytes(b'{"a": 9}')
     assert sm.verify_tree(str(root), manifest, full=False) == []
     assert sm.verify_tree(str(root), manifest, full=True) == ["blobs/c: sha256 mismatch"]
+
+
+def test_rsync_complaint_skips_ssh_notices():
+    from specfleet.cache import rsync_complaint
+
+    stderr = ("Warning: Permanently added '10.213.77.13' (ED25519) to the list of known hosts.\n"
+              'rsync: [receiver] mkstemp "/x/.f.tv4CC2" failed: Read-only file system (30)\n'
+              "rsync error: some files/attrs were not transferred (code 23) at main.c(1394) [sender=3.5.0]\n")
+    assert rsync_complaint(stderr) == 'rsync: [receiver] mkstemp "/x/.f.tv4CC2" failed: Read-only file system (30)'
+    assert rsync_complaint("Warning: Permanently added 'h' (ED25519) to the list of known hosts.\n") == "rsync failed"
+    assert rsync_complaint("") == "rsync failed"

@@ -85,15 +85,18 @@ class StartupFailure(Exception):
     def decisive_line(self) -> str:
         return self.exception_text.splitlines()[0]
 
-    def emit(self, log: VllmLogger) -> None:
-        process = ENGINE_CORE if self.in_engine_core else API_SERVER
-        for line in self.error_lines:
-            log.error("core.py:721" if self.in_engine_core else "api_server.py:1911", line, process)
-        frames = self.frames or (ENGINE_FRAMES if self.in_engine_core else FRONTEND_FRAMES)
+    def emit_traceback(self, log: VllmLogger, frames: list[Frame], process: str = API_SERVER) -> None:
+        """The cause (when there is one), then the exception, each with its traceback."""
         if self.cause_text is not None:
             log.traceback(render_traceback(frames, self.cause_text), process)
             log.traceback("\nThe above exception was the direct cause of the following exception:\n", process)
         log.traceback(render_traceback(frames, self.exception_text), process)
+
+    def emit(self, log: VllmLogger) -> None:
+        process = ENGINE_CORE if self.in_engine_core else API_SERVER
+        for line in self.error_lines:
+            log.error("core.py:721" if self.in_engine_core else "api_server.py:1911", line, process)
+        self.emit_traceback(log, self.frames or (ENGINE_FRAMES if self.in_engine_core else FRONTEND_FRAMES), process)
         if self.in_engine_core:
             # vLLM V1: the API server only sees that the engine process died during init.
             log.traceback(render_traceback(FRONTEND_FRAMES, ENGINE_INIT_FAILED), API_SERVER)

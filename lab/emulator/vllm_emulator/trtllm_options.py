@@ -206,13 +206,30 @@ def coerce_int(
     else:
         errors.append(FieldError(loc, "Input should be a valid integer", "int_type", value))
         return None
-    if gt is not None and number <= gt:
-        errors.append(FieldError(loc, f"Input should be greater than {gt}", "greater_than", value))
-        return None
-    if ge is not None and number < ge:
-        errors.append(FieldError(loc, f"Input should be greater than or equal to {ge}", "greater_than_equal", value))
-        return None
-    return number
+    return number if within_bounds(number, value, loc, errors, gt=gt, ge=ge) else None
+
+
+def within_bounds(
+    number: float,
+    value: Any,
+    loc: tuple[str, ...],
+    errors: list[FieldError],
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+) -> bool:
+    """pydantic's gt/ge/le constraints; the first one broken is the error."""
+    checks = (
+        (gt, lambda bound: number <= bound, "greater than", "greater_than"),
+        (ge, lambda bound: number < bound, "greater than or equal to", "greater_than_equal"),
+        (le, lambda bound: number > bound, "less than or equal to", "less_than_equal"),
+    )
+    for bound, broken, words, kind in checks:
+        if bound is not None and broken(bound):
+            shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
+            errors.append(FieldError(loc, f"Input should be {words} {shown}", kind, value))
+            return False
+    return True
 
 
 def coerce_float(
@@ -234,13 +251,7 @@ def coerce_float(
     else:
         errors.append(FieldError(loc, "Input should be a valid number", "float_type", value))
         return None
-    if ge is not None and number < ge:
-        errors.append(FieldError(loc, f"Input should be greater than or equal to {ge:g}", "greater_than_equal", value))
-        return None
-    if le is not None and number > le:
-        errors.append(FieldError(loc, f"Input should be less than or equal to {le:g}", "less_than_equal", value))
-        return None
-    return number
+    return number if within_bounds(number, value, loc, errors, ge=ge, le=le) else None
 
 
 def coerce_bool(value: Any, loc: tuple[str, ...], errors: list[FieldError]) -> bool | None:

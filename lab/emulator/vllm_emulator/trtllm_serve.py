@@ -124,11 +124,7 @@ class TrtllmFailure(StartupFailure):
     def emit(self, log: Any) -> None:
         for line in self.error_lines:
             log.error("", line)
-        frames = self.frames or SERVE_FRAMES
-        if self.cause_text is not None:
-            log.traceback(render_traceback(frames, self.cause_text))
-            log.traceback("\nThe above exception was the direct cause of the following exception:\n")
-        log.traceback(render_traceback(frames, self.exception_text))
+        self.emit_traceback(log, self.frames or SERVE_FRAMES)
         if self.from_executor_worker:
             log.traceback(render_traceback(PROXY_FRAMES, "RuntimeError: Executor worker returned error"))
 

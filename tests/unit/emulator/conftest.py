@@ -170,19 +170,12 @@ class EmulatorProcess:
     def __init__(self, model: str, extra: list[str], env: dict[str, str]) -> None:
         self.port = free_port()
         self.started = time.monotonic()
+        self._spawn(["serve", model, "--host", "127.0.0.1", "--port", str(self.port), *extra], env)
+
+    def _spawn(self, argv: list[str], env: dict[str, str], module: str = "vllm_emulator") -> None:
+        """Run `python3 -m MODULE ARGV` from the emulator's folder, its output pumped into lists."""
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vllm_emulator",
-                "serve",
-                model,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                *extra,
-            ],
+            [sys.executable, "-m", module, *argv],
             cwd=str(EMULATOR_DIR),
             env=env,
             stdout=subprocess.PIPE,

@@ -5,9 +5,6 @@ from __future__ import annotations
 import datetime
 import http.client
 import json
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +14,6 @@ import pytest
 from conftest import (
     DRAFT_1B,
     EAGLE3,
-    EMULATOR_DIR,
     TARGET,
     TARGET_FP4,
     EmulatorProcess,
@@ -594,19 +590,7 @@ class TrtllmProcess(EmulatorProcess):
             path = work / f"options-{self.port}.yml"
             path.write_text(json.dumps(options))
             argv += ["--extra_llm_api_options", str(path)]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm_emulator.trtllm_cli", *argv],
-            cwd=str(EMULATOR_DIR),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-        self._ready = threading.Event()
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.stdout, True), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr, False), daemon=True).start()
+        self._spawn(argv, env, module="vllm_emulator.trtllm_cli")
 
 
 @pytest.fixture()
