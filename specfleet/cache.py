@@ -20,6 +20,18 @@ def hf_repo_dir(repo_id: str) -> str:
     return "models--" + repo_id.replace("/", "--")
 
 
+def checkpoint_link(repo_id: str, revision: str) -> str:
+    """Target of ``<HF_HOME>/checkpoints/<repo_id>``, the plain path an engine reads as a
+    checkpoint directory (TensorRT-LLM's speculative_model_dir, as `hf download --local-dir`
+    leaves it): the repo's snapshot, relative, so the
+    link resolves wherever a container mounts HF_HOME (the snapshot's own file links to
+    ../../blobs are relative too)."""
+    if not revision.strip() or "/" in revision.strip():
+        raise ValueError(f"{repo_id}: no usable revision in refs/main ({revision!r})")
+    up = "../" * (repo_id.count("/") + 1)
+    return f"{up}hub/{hf_repo_dir(repo_id)}/snapshots/{revision.strip()}"
+
+
 # What ssh prints on every connection to a unit whose key it does not keep (the copy's ssh
 # runs with UserKnownHostsFile=/dev/null): not a reason the copy failed.
 SSH_NOTICE_PREFIX = "Warning: Permanently added"

@@ -193,6 +193,9 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
         "baseline_gpu_memory_utilization": None,
         "args": [],
         "baseline_args": [],
+        # Files the engine reads inside the container, path -> text (trtllm-serve's options).
+        "serving_files": {},
+        "baseline_serving_files": {},
         "needs_tiktoken": model.needs_tiktoken,
         "gated": model.gated,
         "memory": None,
@@ -359,7 +362,7 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
         plan["args"] = plan_trtllm.serve_args(
             model.repo, policy, device_class, plan_trtllm.OPTIONS_PATHS["speculative"]
         )
-        return plan
+        return _with_options_files(plan)
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
     baseline = plan_trtllm.extra_llm_api_options(None, None, fraction, max_batch)
@@ -367,6 +370,41 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
     plan["extra_llm_api_options"] = baseline
     plan["extra_llm_api_options_path"] = baseline_path
     plan["args"] = plan["baseline_args"]
+    return _with_options_files(plan)
+
+
+def speculation(plan: Mapping) -> dict[str, Any]:
+    """The plan's speculative method and draft tokens, whichever engine serves it (None and
+    None for a baseline-only plan)."""
+    spec = plan.get("speculative") or {}
+    if plan.get("backend") == "trtllm":
+        return {"method": plan.get("spec_method"), "num_speculative_tokens": spec.get("max_draft_len")}
+    return {"method": spec.get("method"), "num_speculative_tokens": spec.get("num_speculative_tokens")}
+
+
+def needed_repos(plan: Mapping) -> list[str]:
+    """Model repos a unit's plan needs in its HF cache: the target and its speculator
+    (vLLM names it in --speculative-config, TensorRT-LLM in speculative_model_dir)."""
+    if not plan.get("model") or plan.get("refused"):
+        return []
+    vllm_speculator = (plan.get("speculative") or {}).get("model")
+    return [plan["model"], *([vllm_speculator] if vllm_speculator else []), *checkpoint_repos(plan)]
+
+
+def checkpoint_repos(plan: Mapping) -> list[str]:
+    """Repos the engine reads as a checkpoint directory rather than by repo id."""
+    speculator = plan.get("speculator") or {}
+    return [speculator["repo"]] if speculator.get("repo") and not plan.get("refused") else []
+
+
+def _with_options_files(plan: dict) -> dict:
+    """Each variant's options YAML as the file its argv names (--extra_llm_api_options)."""
+    plan["serving_files"] = {
+        plan["extra_llm_api_options_path"]: plan_trtllm.options_yaml(plan["extra_llm_api_options"])
+    }
+    plan["baseline_serving_files"] = {
+        plan["baseline_extra_llm_api_options_path"]: plan_trtllm.options_yaml(plan["baseline_extra_llm_api_options"])
+    }
     return plan
 
 

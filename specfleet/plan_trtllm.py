@@ -9,22 +9,32 @@ reference/serving-facts.md §5 (NVIDIA/TensorRT-LLM docs `features/speculative-d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Where the unit's launch puts the options files and the speculator inside the container.
-# Two files, so the baseline and the speculative argv each name their own and a rollback
-# to the baseline never depends on which variant was written last.
+import yaml
+
+# Where the unit's launch puts the options files inside the container. Two files, so the
+# baseline and the speculative argv each name their own and a rollback to the baseline never
+# depends on which variant was written last.
 OPTIONS_DIR = "/etc/specfleet/trtllm"
 OPTIONS_PATHS = {"speculative": f"{OPTIONS_DIR}/speculative.yml", "baseline": f"{OPTIONS_DIR}/baseline.yml"}
 # Seed 004 downloads the EAGLE-3 head / draft model with `hf download REPO --local-dir DIR`
-# and points speculative_model_dir at DIR; the plan names DIR per repo under this root.
-SPECULATOR_ROOT = "/opt/specfleet/speculators"
+# and points speculative_model_dir at DIR: TensorRT-LLM reads it as a checkpoint directory,
+# not a repo id. A unit has it in its HF cache already, so the hf_cache role gives each such
+# repo a plain path, checkpoints/REPO, linked to the live snapshot (specfleet.cache
+# checkpoint_link). This root is that folder as the serving container sees the cache: the
+# HF_HOME both vLLM and the NGC image use, where seed 004 mounts it (the role's
+# specfleet_hf_cache_container_dir).
+CHECKPOINT_ROOT = "/root/.cache/huggingface/checkpoints"
 
 # specfleet method -> TensorRT-LLM speculative_config.decoding_type (serving-facts §5:
 # MTP, Eagle3, NGram, DraftTarget, ...). EAGLE-3's name can differ per image (see
 # images.yml `trtllm_eagle3_decoding_type`): "Eagle" is the older spelling, still an alias.
 DECODING_TYPES = {"eagle3": "Eagle3", "draft_model": "DraftTarget", "ngram": "NGram", "mtp": "MTP"}
+
+# decoding_type -> specfleet method, for reading a serving back ("Eagle" is EAGLE-3's alias).
+METHODS = {**{name: method for method, name in DECODING_TYPES.items()}, "Eagle": "eagle3"}
 
 # The overlap scheduler must be off for the two-model methods: TensorRT-LLM's DraftTarget
 # and NGram examples pass disable_overlap_scheduler=True (serving-facts §5) and seed 004's
@@ -42,8 +52,31 @@ SEED_KEYS: dict[str, dict[str, Any]] = {
 NO_CUDA_GRAPH_CONFIG = ("draft_model",)
 
 
+def options_yaml(options: Mapping[str, Any]) -> str:
+    """The options file's text, keys in the plan's order (the order seed 004 writes them)."""
+    return yaml.safe_dump(dict(options), sort_keys=False, default_flow_style=False)
+
+
+def speculation_in_files(args: Sequence[str], files: Mapping[str, str]) -> dict[str, Any] | None:
+    """Method and draft length of a trtllm-serve serving, from the options file its argv
+    names (None when it does not speculate or the file is not there)."""
+    if "--extra_llm_api_options" not in args:
+        return None
+    index = list(args).index("--extra_llm_api_options") + 1
+    text = files.get(args[index]) if index < len(args) else None
+    try:
+        options = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return {"method": "unparsed"}
+    spec = options.get("speculative_config") if isinstance(options, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    return {"method": METHODS.get(spec.get("decoding_type"), spec.get("decoding_type")),
+            "num_speculative_tokens": spec.get("max_draft_len")}
+
+
 def speculator_dir(repo: str) -> str:
-    return f"{SPECULATOR_ROOT}/{repo}"
+    return f"{CHECKPOINT_ROOT}/{repo}"
 
 
 def speculative_config(

@@ -20,7 +20,9 @@ SPEC_KEYS = ("kind", "image", "args", "env", "mounts", "secret_env_names")
 
 
 def serving_spec(kind: str, image: str, args: list[str], env: Mapping[str, str], mounts: list[str],
-                 secret_env_names: list[str]) -> dict[str, Any]:
+                 secret_env_names: list[str], files: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A serving as the unit runs it. ``files`` maps a path inside the container to the text
+    the engine reads there (trtllm-serve's options YAML); vLLM servings have none."""
     spec = {
         "kind": kind,
         "image": image,
@@ -29,13 +31,19 @@ def serving_spec(kind: str, image: str, args: list[str], env: Mapping[str, str],
         "mounts": list(mounts),
         "secret_env_names": sorted(secret_env_names),
     }
+    if files:
+        spec["files"] = dict(sorted(files.items()))
     spec["spec_id"] = spec_id(spec)
     return spec
 
 
 def spec_id(spec: Mapping[str, Any]) -> str:
-    """Identity of a serving, independent of when it was recorded."""
-    return hashlib.sha256(json.dumps({k: spec[k] for k in SPEC_KEYS}, sort_keys=True).encode()).hexdigest()[:16]
+    """Identity of a serving, independent of when it was recorded. Files count only when
+    there are some, so a serving without files keeps the id it was recorded under."""
+    identity = {k: spec[k] for k in SPEC_KEYS}
+    if spec.get("files"):
+        identity["files"] = spec["files"]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def empty() -> dict[str, Any]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
+
+from specfleet import plan_trtllm
 
 
 def plan_table(plans: Sequence[dict]) -> Table:
@@ -64,7 +66,7 @@ def trtllm_details(plans: Sequence[dict]) -> str:
         for label, args_key, options_key, path_key in variants:
             lines.append(f"## {label}: {shlex.join(plan[args_key])}")
             lines.append(f"# {plan[path_key]}")
-            lines.append(yaml.safe_dump(plan[options_key], sort_keys=False, default_flow_style=False).rstrip())
+            lines.append(plan_trtllm.options_yaml(plan[options_key]).rstrip())
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -99,3 +101,13 @@ def manifest_table(summary: Sequence[dict]) -> Table:
     for entry in summary:
         table.add_row(entry["name"], entry["id"], str(entry["files"]), f"{entry['bytes'] / 2**30:.2f} GiB")
     return table
+
+
+def hardware_line(unit: Mapping[str, Any]) -> str:
+    """What a benchmark ran on, for its context: the module, its class and its software
+    (DGX OS on a DGX Spark, JetPack and L4T on a Jetson)."""
+    if unit.get("dgx_os"):
+        software = f"DGX OS {unit['dgx_os']}"
+    else:
+        software = f"JetPack {unit.get('jetpack')}, L4T {unit.get('l4t')}"
+    return f"{unit.get('module')} ({unit.get('device_class')}), {software}"

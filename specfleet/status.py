@@ -27,6 +27,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from specfleet import plan_trtllm
 from specfleet import release as release_module
 from specfleet import report as report_module
 
@@ -155,7 +156,9 @@ def spec_summary(spec: Any) -> dict[str, Any] | None:
     """The short form of a serving spec a person compares: id, kind, method, k, image."""
     if not isinstance(spec, Mapping):
         return None
-    speculative = speculative_of(spec.get("args")) or {}
+    args = spec.get("args") if isinstance(spec.get("args"), list) else []
+    files = spec.get("files") if isinstance(spec.get("files"), Mapping) else {}
+    speculative = speculative_of(args) or plan_trtllm.speculation_in_files(args, files) or {}
     return {
         "spec_id": spec.get("spec_id"),
         "kind": spec.get("kind"),

@@ -103,12 +103,22 @@ def plan_for(facts: dict, model: str, **overrides) -> dict:
 
 
 LAB_PROFILE = "mixed"
-LAB_UNITS = 8
+LAB_UNITS = 9
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow lanes run after everything else (the order is otherwise kept): a failure in the
+    default lane shows before the long runs start, and the slow lab modules find the lab
+    already prepared and rolled out by the default lane's modules. Each still brings the
+    lab to the state it needs itself (the fault matrix runs site.yml first), so the order
+    makes them shorter, never correct."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
 
 
 @pytest.fixture(scope="session")
 def fleet_lab():
-    """An 8-unit mixed lab for the tests that roll out onto units (Molecule reuses its
+    """A 9-unit mixed lab (eight Jetsons and a DGX Spark) for the tests that roll out onto units (Molecule reuses its
     Docker engine and unit image). Reuses a lab that is already up, and then leaves it up;
     otherwise brings one up and takes it down at the end of the session."""
     if os.geteuid() != 0:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from specfleet import cache, daemon_json, release, render
+from specfleet import cache, daemon_json, plan, release, render
 from specfleet.catalog import load_catalog
 
 
@@ -23,15 +23,6 @@ def specfleet_daemon_json(existing_text: str | None, path: str, **wanted) -> dic
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def specfleet_plan_repos(plan: dict) -> list[str]:
-    """Model repos a unit's plan needs in its HF cache: the target and its speculator."""
-    speculative = plan.get("speculative") or {}
-    repos = [plan["model"]] if plan.get("model") and not plan.get("refused") else []
-    if speculative.get("model"):
-        repos.append(speculative["model"])
-    return repos
-
-
 def specfleet_gated_repos(repos: list[str]) -> list[str]:
     """The repos the catalog marks gated on the Hub (their refusal says how to fetch them)."""
     return load_catalog().gated(repos)
@@ -42,9 +33,13 @@ class FilterModule:
         return {
             "specfleet_plan_summary": specfleet_plan_summary,
             "specfleet_daemon_json": specfleet_daemon_json,
-            "specfleet_plan_repos": specfleet_plan_repos,
+            "specfleet_plan_repos": plan.needed_repos,
+            "specfleet_plan_speculation": plan.speculation,
+            "specfleet_plan_checkpoint_repos": plan.checkpoint_repos,
+            "specfleet_hf_checkpoint_link": cache.checkpoint_link,
             "specfleet_gated_repos": specfleet_gated_repos,
             "specfleet_hf_repo_dir": cache.hf_repo_dir,
+            "specfleet_hardware_line": render.hardware_line,
             "specfleet_rsync_complaint": cache.rsync_complaint,
             "specfleet_serving_spec": release.serving_spec,
             "specfleet_release_parse": release.parse,

@@ -1,11 +1,12 @@
 # Copyright: specfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Read a vLLM server's log: why it failed to start, and what it resolved at start.
+"""Read a serving engine's log: why it failed to start, and what it resolved at start.
 
-Unit-side, standard library only. The patterns are vLLM's and huggingface_hub's own
-messages (reference/serving-facts.md §1, §4; reference/jetson-facts.md §3-4). vLLM prints
-the decisive error inside the engine process and then wraps it ("Engine core initialization
-failed"), so the whole log is searched, not only its last line.
+Unit-side, standard library only. The patterns are vLLM's, TensorRT-LLM's (`trtllm-serve`)
+and huggingface_hub's own messages (reference/serving-facts.md §1, §4, §5;
+reference/jetson-facts.md §3-4). vLLM prints the decisive error inside the engine process
+and then wraps it ("Engine core initialization failed"), so the whole log is searched, not
+only its last line.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ FAILURE_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
         r"--speculative-config(/-sc)?: Value .* cannot be converted",
     )),
     ("oom_at_start", (
+        # TensorRT-LLM re-raises the CUDA OOM of its executor with this line.
+        r"Executor creation failed due to insufficient GPU memory",
         r"Free memory on device .* on startup is less than desired GPU memory utilization",
         r"OutOfMemoryError",
         r"CUDA out of memory",
@@ -58,6 +61,10 @@ FAILURE_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bad_arguments", (
         r"vllm serve: error:",
         r"unrecognized arguments",
+        # trtllm-serve (click): an unknown option; an options YAML it refuses outside
+        # speculative_config (see trtllm_options_errors).
+        r"^Error: No such option",
+        r"validation errors? for (TorchLlmArgs|KvCacheConfig)",
     )),
 )
 
@@ -91,9 +98,41 @@ def root_cause_lines(log: str, count: int = 3) -> list[str]:
     return found[:count]
 
 
+# pydantic's ValidationError as TensorRT-LLM raises it for its LLM API options (the
+# `--extra_llm_api_options` YAML): a header naming the model, then per error a location line
+# (`speculative_config.Eagle3.max_draft_len`) and an indented message line.
+_LLM_ARGS_HEADER_RE = re.compile(r"\d+ validation errors? for (?P<model>TorchLlmArgs|KvCacheConfig)\s*$")
+
+
+def trtllm_options_errors(log: str) -> list[tuple[str, str, str]]:
+    """(model, location, message) of each error TensorRT-LLM found in its options YAML."""
+    errors: list[tuple[str, str, str]] = []
+    lines = log.splitlines()
+    for index, line in enumerate(lines):
+        header = _LLM_ARGS_HEADER_RE.search(line)
+        if not header:
+            continue
+        position = index + 1
+        while position + 1 < len(lines):
+            location, message = lines[position], lines[position + 1]
+            if not location.strip() or location[0].isspace() or not re.match(r"  \S", message):
+                break  # past the error list
+            errors.append((header.group("model"), location.strip(), message.strip()))
+            position += 2
+            while position < len(lines) and lines[position].startswith("    "):
+                position += 1  # "For further information visit ..."
+    return errors
+
+
 def classify(log: str) -> tuple[str | None, list[str]]:
     """(failure class, decisive lines) from a server log. With no known cause the class is
     None and the decisive lines are the log's exception lines (possibly none)."""
+    # TensorRT-LLM reads speculation from the options YAML: an error located under
+    # speculative_config is a rejected speculative config, as vLLM's SpeculativeConfig errors are.
+    speculative = [f"{model}: {location}: {message}" for model, location, message in trtllm_options_errors(log)
+                   if location == "speculative_config" or location.startswith("speculative_config.")]
+    if speculative:
+        return "spec_config_rejected", speculative[:5]
     lines = log.splitlines()
     for name, patterns in _COMPILED:
         decisive = [line.strip() for line in lines if any(p.search(line) for p in patterns)]

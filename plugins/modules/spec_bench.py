@@ -252,7 +252,7 @@ def build_context(params: dict, model: str, version: str | None, endpoint: Endpo
         context["model"] = {"served_model_name": model, **({"name": model_field} if model_field else {})}
     runtime = given.get("runtime")
     runtime = dict(runtime) if isinstance(runtime, dict) else ({"description": runtime} if runtime else {})
-    runtime.setdefault("vllm_version", version)
+    runtime.setdefault("server_version", version)  # vLLM or TensorRT-LLM
     runtime.setdefault("endpoint", str(endpoint))
     context["runtime"] = runtime
     context.setdefault("hardware", None)

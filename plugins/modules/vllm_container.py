@@ -8,9 +8,11 @@ DOCUMENTATION = r"""
 module: vllm_container
 short_description: Run the unit's vLLM serving container as a plan says, and wait until it serves
 description:
-  - Makes the serving container match the given image, C(vllm serve) arguments, environment
-    and mounts, with the Jetson runtime settings (runtime nvidia, host IPC and network,
-    shared memory and ulimits as NVIDIA's Jetson vLLM recipes set them).
+  - Makes the serving container match the given image, serving command (C(vllm serve), or
+    C(trtllm-serve) with its options file on a DGX Spark), environment and mounts, with the
+    runtime settings NVIDIA's recipes use (runtime nvidia, host IPC and network, shared memory,
+    and the ulimits passed in; the Jetson vLLM recipes and seed 004's C(docker run) for
+    TensorRT-LLM both set memlock=-1 and stack=67108864).
   - Idempotent by a configuration hash kept in a container label; the same configuration
     never restarts a running container. Secret environment values are part of the hash
     only as their sha256 and never appear in the result or the label.
@@ -52,6 +54,18 @@ options:
     type: list
     elements: str
     default: []
+  files:
+    description:
+      - Files the server reads, a path inside the container to its text (trtllm-serve's
+        C(--extra_llm_api_options) YAML). Each is written under O(files_dir) on the unit,
+        named by its content hash, and bind-mounted read-only at its path; its content is
+        part of the configuration hash, so a changed file restarts the server.
+    type: dict
+    default: {}
+  files_dir:
+    description: Where O(files) are kept on the unit.
+    type: path
+    default: /var/lib/specfleet/serving-files
   port:
     description: Port the server listens on (network mode host), for the readiness probe.
     type: int
@@ -140,6 +154,7 @@ startup_seconds: {description: Seconds from start to serving., returned: when st
 import hashlib
 import http.client
 import json
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -159,7 +174,7 @@ POLL_SECONDS = 1.0
 
 def desired_config(params: dict) -> dict:
     """Everything that defines the serving; secrets enter only as their sha256."""
-    return {
+    config = {
         "image": params["image"],
         "args": list(params["args"]),
         "env": dict(sorted(params["env"].items())),
@@ -174,6 +189,39 @@ def desired_config(params: dict) -> dict:
         "ulimits": dict(sorted(params["ulimits"].items())),
         "labels": dict(sorted(params["labels"].items())),
     }
+    if params["files"]:
+        # Only when there are some: a serving without files keeps the hash it runs under.
+        config["files"] = {path: content_hash(text) for path, text in sorted(params["files"].items())}
+    return config
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def file_mounts(files: dict, files_dir: str) -> dict[str, str]:
+    """Host path -> container path of each file: one host file per content, so a file that
+    changes never changes under a running server."""
+    return {
+        os.path.join(files_dir, f"{content_hash(text)[:16]}-{os.path.basename(path)}"): path
+        for path, text in sorted(files.items())
+    }
+
+
+def write_files(files: dict, files_dir: str) -> dict[str, str]:
+    """Write each file atomically (a reader never sees half of it); existing ones are kept.
+    Returns the mounts (file_mounts) that serve them."""
+    os.makedirs(files_dir, mode=0o755, exist_ok=True)
+    mounts = file_mounts(files, files_dir)
+    for host_path, container_path in mounts.items():
+        if os.path.exists(host_path):
+            continue
+        temporary = f"{host_path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(files[container_path])
+        os.chmod(temporary, 0o644)
+        os.rename(temporary, host_path)
+    return mounts
 
 
 def config_hash(config: dict) -> str:
@@ -279,6 +327,8 @@ def start(client, params: dict, wanted_hash: str):
     volumes: dict = {}
     for spec in params["mounts"]:
         volumes.update(parse_mount(spec))
+    for host_path, container_path in write_files(params["files"], params["files_dir"]).items():
+        volumes[host_path] = {"bind": container_path, "mode": "ro"}
     args = params["args"]
     return client.containers.run(
         params["image"],
@@ -306,6 +356,8 @@ def main() -> None:
             "env": {"type": "dict", "default": {}},
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "mounts": {"type": "list", "elements": "str", "default": []},
+            "files": {"type": "dict", "default": {}},
+            "files_dir": {"type": "path", "default": "/var/lib/specfleet/serving-files"},
             "port": {"type": "int", "default": 8000},
             "runtime": {"type": "str", "default": "nvidia"},
             "shm_size": {"type": "str", "default": "16g"},

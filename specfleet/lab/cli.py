@@ -63,7 +63,7 @@ def _print_status(result: dict[str, Any]) -> None:
         print("lab is down")
         return
     head = (
-        f"lab {result['lab']} (EMULATED Jetson units) profile={result['profile']} "
+        f"lab {result['lab']} (EMULATED Jetson and DGX Spark units) profile={result['profile']} "
         f"registry={result['registry']} link={result['link_mbit'] or 'unshaped'}"
     )
     columns = ["name", "device_class", "kind", "address", "ssh_port", "state", "engine"]

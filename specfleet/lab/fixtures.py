@@ -1,8 +1,9 @@
-"""The emulated Jetson identity of a unit, as files.
+"""The emulated identity of a unit (a Jetson, or a DGX Spark), as files.
 
 A unit's facts module is pointed at FIXTURE_ROOT (inventory var specfleet_facts_root)
 and reads these files exactly as it reads /etc/nv_tegra_release, /proc/device-tree/*
-and /proc/meminfo on a real unit, including the NUL bytes of the device-tree files.
+and /proc/meminfo on a real Jetson, including the NUL bytes of the device-tree files, or
+/etc/dgx-release, the DMI product name and the driver banner on a DGX Spark.
 """
 
 from __future__ import annotations
@@ -56,20 +57,35 @@ def identity_files(unit: Unit) -> dict[str, bytes]:
     """Absolute path inside the unit -> content."""
     kind = unit.kind
     root = FIXTURE_ROOT
-    return {
+    files = {
+        f"{root}/proc/meminfo": meminfo(int(kind["mem_total_kb"])).encode(),
+        GPU_FILE: (json.dumps(gpu_json(unit), indent=2) + "\n").encode(),
+    }
+    if "dgx_release" in kind:
+        # DGX OS: no L4T release file and no device tree.
+        files.update({
+            f"{root}/etc/dgx-release": ("\n".join(kind["dgx_release"]) + "\n").encode(),
+            f"{root}/sys/class/dmi/id/product_name": (kind["dmi_product_name"] + "\n").encode(),
+            f"{root}/proc/driver/nvidia/version": ("\n".join(kind["nvidia_driver"]) + "\n").encode(),
+            f"{root}/EMULATED": (
+                f"specfleet lab fixture: {unit.name} emulates a {kind.get('sku', unit.kind_id)} "
+                "on DGX OS. Not a real DGX Spark.\n"
+            ).encode(),
+        })
+        return files
+    files.update({
         f"{root}/etc/nv_tegra_release": ("\n".join(kind["nv_tegra_release"]) + "\n").encode(),
         # Device-tree strings are NUL-terminated; `compatible` is a NUL-separated list.
         f"{root}/proc/device-tree/model": kind["model"].encode() + b"\0",
         f"{root}/proc/device-tree/compatible": b"".join(
             c.encode() + b"\0" for c in kind["compatible"]
         ),
-        f"{root}/proc/meminfo": meminfo(int(kind["mem_total_kb"])).encode(),
         f"{root}/EMULATED": (
             f"specfleet lab fixture: {unit.name} emulates {kind.get('sku', unit.kind_id)} "
             f"on L4T {kind['l4t']} (JetPack {kind['jetpack']}). Not a real Jetson.\n"
         ).encode(),
-        GPU_FILE: (json.dumps(gpu_json(unit), indent=2) + "\n").encode(),
-    }
+    })
+    return files
 
 
 def unit_tar(unit: Unit, authorized_key: str, extra: dict[str, bytes] | None = None) -> bytes:

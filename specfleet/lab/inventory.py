@@ -20,7 +20,7 @@ from specfleet.lab.config import LabConfig
 from specfleet.lab.fixtures import FIXTURE_ROOT, identity_files
 from specfleet.lab.profiles import Unit
 
-DEVICE_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano")
+DEVICE_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano", "dgx_spark")
 # The target each device class serves (same choices as inventory/mixed/group_vars).
 CLASS_MODELS = {
     "thor": ("nvidia/Llama-3.1-8B-Instruct-FP4",
@@ -31,12 +31,21 @@ CLASS_MODELS = {
                 "Orin NX 16 GB: FP8 weights leave room for the KV cache and headroom."),
     "orin_nano": ("meta-llama/Llama-3.2-1B-Instruct",
                   "Orin Nano 8 GB: an 8B model does not fit with headroom; the 1B model."),
+    "dgx_spark": ("openai/gpt-oss-120b",
+                  "DGX Spark: seed 004's EAGLE-3 case, gpt-oss-120b with its long-context head, in TensorRT-LLM."),
 }
 # Keys of `specfleet facts` output that describe the hardware (the inventories'
 # specfleet_expected_facts shape); the rest (compatible, module, paths) is not declared.
 EXPECTED_FACT_KEYS = ("device_class", "model", "sku", "memory_mb", "l4t", "jetpack", "cuda")
 # Emulator-only serving environment: every modelled duration x 0.05 (20x faster runs).
 EMULATOR_ENV = {"SPECFLEET_EMULATOR_TIME_SCALE": "0.05"}
+# Per class where that scale is too fast: gpt-oss-120b's ~26 ms emulated step would take
+# 1.3 ms of real time, below what the host's HTTP streaming keeps pace with (it, not the
+# model, is then measured) and loading the shared cores for every other unit; x 0.1 paces
+# it like a Thor at x 0.05. Server-side figures do not depend on the scale.
+CLASS_EMULATOR_ENV = {
+    "dgx_spark": {"SPECFLEET_EMULATOR_TIME_SCALE": "0.1"},
+}
 
 
 def ssh_common_args(cfg: LabConfig) -> str:
@@ -91,9 +100,9 @@ def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = 
         "specfleet_lab": True,
         "specfleet_lab_emulated": True,
         "specfleet_lab_note": (
-            "EMULATED Jetson units: containers on the controller host with real sshd, "
-            "dockerd and networking; Jetson identity files, GPU and nvidia-container-runtime "
-            "are lab emulations (no CUDA)."
+            "EMULATED Jetson and DGX Spark units: containers on the controller host with real "
+            "sshd, dockerd and networking; identity files (L4T, DGX OS), GPU, nvidia-container-runtime, "
+            "vLLM and trtllm-serve are lab emulations (no CUDA)."
         ),
         "specfleet_lab_profile": profile,
         "specfleet_lab_registry_ca": "/etc/docker/certs.d/" + cfg.mirror + "/ca.crt",
@@ -136,6 +145,14 @@ ALL_COMMENTS = {
 }
 
 
+CLASS_COMMENTS = {
+    "specfleet_serve_extra_env": (
+        "EMULATOR setting: this class's emulated durations are slept x 0.1, not x 0.05: its fast model would\n"
+        "otherwise measure the host's HTTP streaming (specfleet/lab/inventory.py CLASS_EMULATOR_ENV)."
+    ),
+}
+
+
 class _Dumper(yaml.SafeDumper):
     """Indents lists under their key (yamllint's default `indentation` rule)."""
 
@@ -170,7 +187,10 @@ def write_inventory(
     for device_class, (model, why) in CLASS_MODELS.items():
         path = root / "group_vars" / f"{device_class}.yml"
         if device_class in present:
-            path.write_text(header + f"# {why}\n" + _dump({"specfleet_model": model}))
+            data: dict[str, Any] = {"specfleet_model": model}
+            if device_class in CLASS_EMULATOR_ENV:
+                data["specfleet_serve_extra_env"] = {**EMULATOR_ENV, **CLASS_EMULATOR_ENV[device_class]}
+            path.write_text(header + f"# {why}\n" + dump_with_comments(data, CLASS_COMMENTS))
         else:
             path.unlink(missing_ok=True)
     return hosts

@@ -12,10 +12,10 @@ import pytest
 
 from tests.conftest import REPO
 
-# Open WebUI installs a 250 MB wheelhouse into its scenario (~4-6 min): the slow lane.
+# Open WebUI installs a 250 MB wheelhouse into its scenario (~4-6 min): a slow lane that CI runs.
 SLOW_ROLES = {"specfleet_openwebui"}
 ROLES = [
-    pytest.param(role, marks=pytest.mark.slow) if role in SLOW_ROLES else role
+    pytest.param(role, marks=[pytest.mark.slow, pytest.mark.ci]) if role in SLOW_ROLES else role
     for role in sorted(path.parents[2].name for path in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 ]
 

@@ -28,6 +28,8 @@ from tests.integration.test_fault_matrix_lab import HF_HUB, RELEASE, hub_repo, o
 from tests.integration.test_rollout_lab import playbook
 
 # ~5 min (one prepare of three units, and a first rollout of the control unit on a fresh lab).
+# Not in CI: its read-only case sometimes reports "rsync failed" without rsync's stderr
+# (seen in the fifth and seventh sessions; not yet explained).
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 DISK_FULL = "orinnx-01"

@@ -21,7 +21,7 @@ from specfleet import prewarm
 from tests.bench.prewarm_start import emulator_start, module, on_unit, plans, serve_params
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]  # ~6 min: CI runs it (CI=true), `scripts/test --slow` locally
+pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~5 min: CI runs it, `scripts/test --slow` here
 
 INVENTORY = REPO / "inventory" / "lab"
 UNITS = ["thor-02", "agxorin-jp6-01", "agxorin-jp6-02", "agxorin-jp72-01", "agxorin-jp72-02"]

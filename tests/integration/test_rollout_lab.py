@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specfleet.lab import lab
 from tests.conftest import REPO, on_unit
@@ -144,6 +145,65 @@ def test_rerun_restarts_no_container(rolled_out):
     assert before == after, again.stdout[-4000:]
 
 
+SPARK = "spark-01"
+SPARK_HEAD = "nvidia/gpt-oss-120b-Eagle3-long-context"
+
+
+def serving_options(host: str) -> tuple[str, str]:
+    """The options file the unit's trtllm-serve was started with, and its text as served."""
+    args = json.loads(on_unit(host, "docker inspect -f '{{json .Args}}' specfleet-vllm").stdout)
+    path = args[args.index("--extra_llm_api_options") + 1]
+    return path, on_unit(host, f"docker exec specfleet-vllm cat {path}").stdout
+
+
+def test_dgx_spark_is_measured_on_trtllm_and_its_gate_reverts_without_inventing_acceptance(rolled_out):
+    """The Spark went through the same prepare and rollout: trtllm-serve with the EAGLE-3 head
+    read from its checkpoint path, benchmarked like the Jetsons. On the emulator the head costs
+    more than it saves (five draft passes through a 1.9 GiB head, an estimate, against ~2.7 GiB
+    of active MoE weights per target pass), so the gate reverts it. TensorRT-LLM's /metrics
+    has no speculative counters, and acceptance says so."""
+    record = rolled_out["records"][SPARK]
+    assert (record["device_class"], record["method"]) == ("dgx_spark", "eagle3"), record["reasons"]
+    assert record["image"].endswith("/nvidia/tensorrt-llm/release:1.2.0rc6")  # through the lab's mirror
+    assert record["decision"] == "reverted" and record["serving"] == "baseline", record["reasons"]
+    assert record["speculative"]["ok"] and record["baseline"]["ok"]
+    assert record["speculative"]["context"]["hardware"].endswith("(dgx_spark), DGX OS 7.2.3")
+    assert record["speculative"]["context"]["runtime"]["server_version"] == "1.2.0rc6"
+    assert "code_edit: speculative acceptance at c=1 unavailable (the server exposes no spec-decode counters)" \
+        in record["reasons"]
+    link = on_unit(SPARK, f"readlink /var/lib/specfleet/huggingface/checkpoints/{SPARK_HEAD}").stdout.strip()
+    assert link.startswith("../../hub/models--nvidia--gpt-oss-120b-Eagle3-long-context/snapshots/")
+    release = json.loads(on_unit(SPARK, "cat /var/lib/specfleet/release.json").stdout)
+    assert release["current"]["kind"] == release["known_good"]["kind"] == "baseline"
+    path, served = serving_options(SPARK)
+    assert path == "/etc/specfleet/trtllm/baseline.yml"
+    assert served == release["current"]["files"][path] and "speculative_config" not in yaml.safe_load(served)
+
+
+def test_dgx_spark_rejected_config_rolls_back_and_rollback_restarts_its_files(fleet_lab, rolled_out, tmp_path):
+    """trtllm-serve refusing the speculative options is classified from its own log and the
+    unit ends on its baseline; rollback.yml then starts that serving again from the release
+    record alone, options file included."""
+    lab.set_faults(fleet_lab, SPARK, {"only_when_speculating": True, "reject_speculative_config": True})
+    try:
+        result = playbook("rollout.yml", "-l", SPARK, "-e", "specfleet_rollout_remeasure=true",
+                          env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+    finally:
+        lab.set_faults(fleet_lab, SPARK, None)
+    assert result.returncode != 0, "a unit whose candidate fails counts as failed"
+    record = json.loads(next(tmp_path.glob(f"*/units/{SPARK}.json")).read_text())
+    assert record["decision"] == "failed" and record["serving"] == "baseline", record["reasons"]
+    assert record["failure"]["failure_class"] == "spec_config_rejected", record["failure"]
+    assert on_unit(SPARK, "docker rm -f specfleet-vllm").returncode == 0
+    rollback = playbook("rollback.yml", "-l", SPARK)
+    assert rollback.returncode == 0, rollback.stdout[-4000:]
+    assert on_unit(SPARK, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    release = json.loads(on_unit(SPARK, "cat /var/lib/specfleet/release.json").stdout)
+    assert release["current"]["spec_id"] == release["known_good"]["spec_id"]
+    path, served = serving_options(SPARK)
+    assert served == release["known_good"]["files"][path]
+
+
 def test_rollback_playbook_restores_known_good(rolled_out):
     result = playbook("rollback.yml", "-l", "thor-01")
     assert result.returncode == 0, result.stdout[-4000:]
@@ -173,7 +233,14 @@ def test_kept_serving_that_no_longer_starts_is_measured_again(fleet_lab, rolled_
         assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
     finally:
         lab.set_faults(fleet_lab, host, None)
-    # Without the fault the candidate passes again when asked to measure.
-    again = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true")
+    # Without the fault the candidate starts again and is measured when asked to. Its gate
+    # decides as for any unit: kept here, unless the lab's two shared cores spread its
+    # eight-stream runs beyond what the gate accepts (then reverted, as on a real unit).
+    runs = tmp_path / "again"
+    again = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
+                     env={"SPECFLEET_RUNS_DIR": str(runs)})
     assert again.returncode == 0, again.stdout[-4000:]
-    assert json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]["kind"] == "speculative"
+    record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+    assert record["decision"] in ("kept", "reverted") and record["speculative"]["ok"], record["reasons"]
+    serving = {"kept": "speculative", "reverted": "baseline"}[record["decision"]]
+    assert json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]["kind"] == serving

@@ -1,6 +1,6 @@
 """spec_bench (module main()) against real vLLM-emulator processes on 127.0.0.1.
 
-Baseline vs EAGLE-3 k=5 on an emulated Thor (FP4 Llama-3.1-8B stand-in), time scale 0.02,
+Baseline vs EAGLE-3 k=5 on an emulated Thor (FP4 Llama-3.1-8B stand-in), time scale 0.05,
 noise 0: acceptance must equal the emulator's own /metrics deltas, greedy outputs must
 hash equal, the gate must keep, and a server that crashes mid-run must give ok:false
 with a reason within the deadline.
@@ -32,7 +32,10 @@ from tests.unit.emulator.conftest import (
 )
 
 spec_bench = load_module("spec_bench")
-SCALE = "0.02"
+# The lab's scale: at 0.02 a c=1 step lasted ~0.5 ms of wall time, and on a loaded 2-core
+# host the c=1 gate checks then measured Python rather than the emulated GPU (they failed
+# twice that way: speculative 746 vs baseline 916 tok/s).
+SCALE = "0.05"
 SERVE = ["--max-model-len", "4096"]
 QUICK = {"warmups": 1, "repetitions": 3, "max_tokens": 96, "request_timeout": 20, "deadline": 60}
 
@@ -113,13 +116,13 @@ def test_baseline_and_speculative_results(both):
     assert list(context)[:5] == ["hardware", "model", "runtime", "request_parameters", "workload"]
     assert context["hardware"] == {"device_class": "thor"}
     assert context["model"]["served_model_name"] == TARGET_FP4
-    assert context["runtime"]["vllm_version"] == "0.20.2"
+    assert context["runtime"]["server_version"] == "0.20.2"
     assert context["request_parameters"]["temperature"] == 0.0 and context["request_parameters"]["seed"] == 42
     assert context["workload"]["names"] == ["code_edit", "chat"] and cand["label"] == "speculative"
 
 
 def test_gate_keeps_eagle3_on_thor(both):
-    # At a 0.02 time scale a c=8 step lasts ~1 ms of wall time, so on a busy 2-core host the
+    # At a 0.05 time scale a c=8 step lasts a few ms of wall time, so on a busy 2-core host the
     # c=8 figures measure Python (8 SSE streams per step), not the emulated GPU; the c=8
     # check gets a wide allowance here and the c=1 checks carry the assertion.
     lenient = policy.merge({"specfleet_gate_max_c8_regression": 0.5})

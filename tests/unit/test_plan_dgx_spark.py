@@ -7,7 +7,8 @@ import json
 import pytest
 import yaml
 
-from specfleet import cli, render
+from specfleet import cache, cli, plan_trtllm, render
+from specfleet import plan as plan_module
 from specfleet import policy as policy_module
 from specfleet.catalog import load_catalog
 from tests.conftest import plan_for
@@ -41,7 +42,7 @@ def test_eagle3_plan_is_seed_004_option_1(spark):
         "speculative_config": {
             "decoding_type": "Eagle",  # the seed image's name; newer TRT-LLM: Eagle3, Eagle an alias
             "max_draft_len": 5,
-            "speculative_model_dir": "/opt/specfleet/speculators/nvidia/gpt-oss-120b-Eagle3-long-context",
+            "speculative_model_dir": "/root/.cache/huggingface/checkpoints/nvidia/gpt-oss-120b-Eagle3-long-context",
         },
         "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
     }
@@ -71,7 +72,7 @@ def test_draft_target_plan_is_seed_004_option_2(spark):
         "speculative_config": {
             "decoding_type": "DraftTarget",
             "max_draft_len": 4,
-            "speculative_model_dir": "/opt/specfleet/speculators/nvidia/Llama-3.1-8B-Instruct-FP4",
+            "speculative_model_dir": "/root/.cache/huggingface/checkpoints/nvidia/Llama-3.1-8B-Instruct-FP4",
         },
         "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
     }
@@ -179,3 +180,81 @@ def test_expected_facts_for_a_spark_need_no_l4t():
     # A Jetson still needs its L4T.
     assert policy_module.expected_facts_problems({"device_class": "thor", "memory_mb": 1}) == [
         "specfleet_expected_facts.l4t: missing; the plan needs it"]
+
+
+def test_each_variant_carries_the_options_file_its_argv_names(spark):
+    plan = plan_for(spark, "gpt-oss-120b")
+    for args_key, files_key, options_key in (("args", "serving_files", "extra_llm_api_options"),
+                                             ("baseline_args", "baseline_serving_files",
+                                              "baseline_extra_llm_api_options")):
+        path = plan[args_key][plan[args_key].index("--extra_llm_api_options") + 1]
+        assert list(plan[files_key]) == [path]
+        assert yaml.safe_load(plan[files_key][path]) == plan[options_key]
+    assert plan["serving_files"] != plan["baseline_serving_files"]
+
+
+def test_jetson_plans_have_no_serving_files(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), "openai/gpt-oss-120b")
+    assert plan["serving_files"] == {} and plan["baseline_serving_files"] == {}
+
+
+def test_the_hf_cache_provides_the_target_and_the_speculator_directory(spark):
+    eagle3 = plan_for(spark, "openai/gpt-oss-120b")
+    assert plan_module.needed_repos(eagle3) == ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-long-context"]
+    assert plan_module.checkpoint_repos(eagle3) == ["nvidia/gpt-oss-120b-Eagle3-long-context"]
+    ngram = plan_for(spark, "openai/gpt-oss-120b", specfleet_spec_methods=["ngram"])
+    assert (plan_module.needed_repos(ngram), plan_module.checkpoint_repos(ngram)) == (["openai/gpt-oss-120b"], [])
+
+
+def test_a_jetson_speculator_is_read_by_repo_id(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), "meta-llama/Llama-3.1-8B-Instruct")
+    assert plan["speculative"]["method"] == "eagle3", plan["reasons"]
+    assert plan_module.needed_repos(plan) == ["meta-llama/Llama-3.1-8B-Instruct", plan["speculative"]["model"]]
+    assert plan_module.checkpoint_repos(plan) == []
+
+
+def test_a_refused_plan_needs_no_repo():
+    assert plan_module.needed_repos({"model": "m", "refused": True, "speculator": {"repo": "s"}}) == []
+
+
+@pytest.mark.parametrize(("repo", "target"), [
+    ("nvidia/gpt-oss-120b-Eagle3-long-context",
+     "../../hub/models--nvidia--gpt-oss-120b-Eagle3-long-context/snapshots/0123abc"),
+    ("gpt2", "../hub/models--gpt2/snapshots/0123abc"),
+])
+def test_a_checkpoint_path_links_to_the_snapshot_relatively(repo, target):
+    # checkpoints/<repo> sits one folder deeper per '/' in the repo id.
+    assert cache.checkpoint_link(repo, "0123abc\n") == target
+
+
+@pytest.mark.parametrize("revision", ["", "  \n", "../x"])
+def test_a_checkpoint_path_needs_a_revision(revision):
+    with pytest.raises(ValueError, match="refs/main"):
+        cache.checkpoint_link("org/name", revision)
+
+
+def test_a_benchmark_names_the_software_each_kind_of_unit_runs(spark, unit_facts):
+    assert render.hardware_line(spark) == "NVIDIA GB10 Grace Blackwell (dgx_spark), DGX OS 7.3.1"
+    orin = unit_facts("agx-orin-64gb-r36")
+    assert render.hardware_line(orin) == f"{orin['module']} (agx_orin), JetPack 6.2, L4T 36.4.3"
+
+
+def test_speculation_reads_the_same_for_both_engines(spark, unit_facts):
+    assert plan_module.speculation(plan_for(spark, "openai/gpt-oss-120b")) == {
+        "method": "eagle3", "num_speculative_tokens": 5}
+    thor = plan_for(unit_facts("thor-r38"), "meta-llama/Llama-3.1-8B-Instruct")
+    assert plan_module.speculation(thor) == {
+        "method": "eagle3", "num_speculative_tokens": thor["speculative"]["num_speculative_tokens"]}
+    baseline_only = plan_for(spark, "openai/gpt-oss-120b", specfleet_spec_methods=["mtp"])
+    assert plan_module.speculation(baseline_only) == {"method": None, "num_speculative_tokens": None}
+
+
+def test_a_trtllm_serving_says_its_method_from_its_options_file(spark):
+    plan = plan_for(spark, "openai/gpt-oss-120b")
+    assert plan_trtllm.speculation_in_files(plan["args"], plan["serving_files"]) == {
+        "method": "eagle3", "num_speculative_tokens": 5}  # decoding_type Eagle on this image
+    assert plan_trtllm.speculation_in_files(plan["baseline_args"], plan["baseline_serving_files"]) is None
+    assert plan_trtllm.speculation_in_files(plan["args"], {}) is None  # the file is not in the record
+    assert plan_trtllm.speculation_in_files(["vllm", "serve", "m"], plan["serving_files"]) is None
+    path = plan["args"][-1]
+    assert plan_trtllm.speculation_in_files(plan["args"], {path: "a: [\n"}) == {"method": "unparsed"}

@@ -118,6 +118,7 @@ def inspect_text(spec: dict, state: str = "running", exit_code: int = 0) -> str:
         "shm_size": "16g",
         "ulimits": {"memlock": "-1:-1"},
         "labels": {},
+        "files": spec.get("files", {}),
     }
     labels = {vllm_container.HASH_LABEL: vllm_container.config_hash(vllm_container.desired_config(params))}
     return json.dumps(

@@ -71,7 +71,8 @@ def test_api_key_is_the_one_the_container_gets(env, secret_env, expected):
 
 def test_the_key_enters_the_config_hash_only_as_a_digest():
     params = {"image": "i", "args": ["vllm", "serve", "m"], "env": {}, "secret_env": {"VLLM_API_KEY": KEY},
-              "mounts": [], "port": 8000, "runtime": "nvidia", "shm_size": "16g", "ulimits": {}, "labels": {}}
+              "mounts": [], "port": 8000, "runtime": "nvidia", "shm_size": "16g", "ulimits": {}, "labels": {},
+              "files": {}}
     config = vllm_container.desired_config(params)
     assert KEY not in json.dumps(config)
     other = vllm_container.desired_config({**params, "secret_env": {"VLLM_API_KEY": KEY + "2"}})

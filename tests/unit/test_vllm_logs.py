@@ -1,8 +1,9 @@
-"""The startup-log classifier's fallback: a failure it has no class for still says why."""
+"""The startup-log classifier: its fallback (a failure it has no class for still says why), and
+TensorRT-LLM's options errors, which pydantic spreads over several lines."""
 
 from __future__ import annotations
 
-from specfleet_unit.vllm_logs import classify
+from specfleet_unit.vllm_logs import classify, trtllm_options_errors
 
 # Captured from the real vLLM 0.32 (CPU) in a lab unit whose /dev/shm was Docker's 64 MB.
 SHM_LOG = """\
@@ -37,3 +38,41 @@ def test_known_class_wins_over_the_fallback():
 
 def test_clean_log_has_no_decisive_lines():
     assert classify("INFO Application startup complete.\n") == (None, [])
+
+
+# The shape of TensorRT-LLM's refusal of an options YAML (pydantic 2): two errors, one of them
+# in speculative_config, then the next log line.
+TRTLLM_LOG = """\
+[11/22/2026-16:30:00] [TRT-LLM] [I] Using LLM with PyTorch backend
+pydantic_core._pydantic_core.ValidationError: 2 validation errors for TorchLlmArgs
+enable_iter_perf_stat
+  Extra inputs are not permitted [type=extra_forbidden, input_value=True, input_type=bool]
+    For further information visit https://errors.pydantic.dev/2.12/v/extra_forbidden
+speculative_config.NGram.prompt_lookup_max
+  Extra inputs are not permitted [type=extra_forbidden, input_value=4, input_type=int]
+    For further information visit https://errors.pydantic.dev/2.12/v/extra_forbidden
+[11/22/2026-16:30:01] [TRT-LLM] [E] Failed to start
+"""
+
+
+def test_trtllm_options_errors_are_read_error_by_error():
+    assert trtllm_options_errors(TRTLLM_LOG) == [
+        ("TorchLlmArgs", "enable_iter_perf_stat",
+         "Extra inputs are not permitted [type=extra_forbidden, input_value=True, input_type=bool]"),
+        ("TorchLlmArgs", "speculative_config.NGram.prompt_lookup_max",
+         "Extra inputs are not permitted [type=extra_forbidden, input_value=4, input_type=int]"),
+    ]
+
+
+def test_an_error_in_speculative_config_is_a_rejected_speculative_config():
+    failure, decisive = classify(TRTLLM_LOG)
+    assert failure == "spec_config_rejected"
+    assert decisive == ["TorchLlmArgs: speculative_config.NGram.prompt_lookup_max: Extra inputs are not permitted "
+                        "[type=extra_forbidden, input_value=4, input_type=int]"]
+
+
+def test_other_options_errors_are_bad_arguments():
+    without_speculation = TRTLLM_LOG.replace("speculative_config.NGram.prompt_lookup_max", "cuda_graph_config.batch")
+    failure, decisive = classify(without_speculation)
+    assert failure == "bad_arguments"
+    assert decisive == ["pydantic_core._pydantic_core.ValidationError: 2 validation errors for TorchLlmArgs"]

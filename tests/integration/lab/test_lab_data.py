@@ -83,7 +83,7 @@ def test_written_inventory_has_store_emulator_env_and_models(tmp_path) -> None:
 
     cfg = LabConfig(repo=tmp_path)  # writes tmp_path/inventory/lab
     records = [{**_unit_record(cfg, u), "expected_facts": expected_facts(u)}
-               for u in expand(LabConfig(), "mixed", 5)]
+               for u in expand(LabConfig(), "mixed", 9)]
     store = {"hf_cache_store": tmp_path / "hf", "tiktoken_source_dir": tmp_path / "tk",
              "tiktoken_encodings": [{"name": "o200k_base", "sha256": "a" * 64}]}
     write_inventory(cfg, "mixed", records, store)
@@ -95,11 +95,17 @@ def test_written_inventory_has_store_emulator_env_and_models(tmp_path) -> None:
     assert data["specfleet_serve_extra_env"] == {"SPECFLEET_EMULATOR_TIME_SCALE": "0.05"}
     assert data["specfleet_hf_cache_store"] == str(tmp_path / "hf")
     assert data["specfleet_tiktoken_encodings"][0]["sha256"] == "a" * 64
-    models = {c: yaml.safe_load((group_vars / f"{c}.yml").read_text())["specfleet_model"]
-              for c in ("thor", "agx_orin", "orin_nx", "orin_nano")}
-    assert models == {
+    classes = {c: yaml.safe_load((group_vars / f"{c}.yml").read_text())
+               for c in ("thor", "agx_orin", "orin_nx", "orin_nano", "dgx_spark")}
+    assert {c: data["specfleet_model"] for c, data in classes.items()} == {
         "thor": "nvidia/Llama-3.1-8B-Instruct-FP4",
         "agx_orin": "meta-llama/Llama-3.1-8B-Instruct",
         "orin_nx": "nvidia/Llama-3.1-8B-Instruct-FP8",
         "orin_nano": "meta-llama/Llama-3.2-1B-Instruct",
+        "dgx_spark": "openai/gpt-oss-120b",
     }
+    # Only the Spark's fast model is paced slower; the Jetsons keep the lab-wide scale.
+    assert classes["dgx_spark"]["specfleet_serve_extra_env"] == {"SPECFLEET_EMULATOR_TIME_SCALE": "0.1"}
+    assert all("specfleet_serve_extra_env" not in data for c, data in classes.items() if c != "dgx_spark")
+    spark_text = (group_vars / "dgx_spark.yml").read_text()
+    assert "# EMULATOR setting" in spark_text and max(len(line) for line in spark_text.splitlines()) <= 120

