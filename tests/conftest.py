@@ -111,8 +111,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow lanes run after everything else (the order is otherwise kept): a failure in the
     default lane shows before the long runs start, and the slow lab modules find the lab
     already prepared and rolled out by the default lane's modules. Each still brings the
-    lab to the state it needs itself (the fault matrix runs site.yml first), so the order
-    makes them shorter, never correct."""
+    lab to the state it needs itself (the fault matrix runs site.yml first): the order
+    makes them shorter, and they pass in any order."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
 
 

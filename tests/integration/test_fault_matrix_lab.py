@@ -139,13 +139,15 @@ def known_good(fleet_lab):
     # A candidate that failed under an earlier module's fault switch stays failed on a
     # re-run (as it should); measured again here without the switch, every unit enters
     # the matrix with a decision that no other fault made.
-    decisions = {host: json.loads(ok(host, f"cat {RELEASE}"))["decisions"].values() for host in HOSTS}
-    failed = [host for host, entries in decisions.items() if any(entry["decision"] == "failed" for entry in entries)]
+    releases = {host: json.loads(ok(host, f"cat {RELEASE}")) for host in HOSTS}
+    failed = [host for host, release in releases.items()
+              if any(entry["decision"] == "failed" for entry in release["decisions"].values())]
     if failed:
         again = playbook("rollout.yml", "-l", ",".join(failed), "-e",
                          '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_remeasure": true}')
         assert again.returncode == 0, again.stdout[-6000:]
-    return {host: json.loads(ok(host, f"cat {RELEASE}")) for host in ("thor-02", "orinnano-01", CONTROL)}
+        releases.update({host: json.loads(ok(host, f"cat {RELEASE}")) for host in failed})
+    return {host: releases[host] for host in ("thor-02", "orinnano-01", CONTROL)}
 
 
 @pytest.fixture(scope="module")

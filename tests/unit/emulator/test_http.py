@@ -16,14 +16,12 @@ CODE_PROMPT = (
     "class Cache:\n    def __init__(self, size):\n        self.size = size\n"
     "        self.items = {}\n\n    def get(self, key):\n        return self.items.get(key)\n"
 )
+SPEC_ARGS = ["--max-model-len", "4096", "--speculative-config", EAGLE3_K5, "--served-model-name", "llama-fp4"]
 
 
 @pytest.fixture(scope="module")
 def spec_server(module_launch: Launcher) -> EmulatorProcess:
-    return module_launch(
-        TARGET_FP4,
-        ["--max-model-len", "4096", "--speculative-config", EAGLE3_K5, "--served-model-name", "llama-fp4", "llama"],
-    )
+    return module_launch(TARGET_FP4, [*SPEC_ARGS, "llama"])
 
 
 @pytest.fixture(scope="module")
@@ -160,11 +158,7 @@ def test_concurrency_8_streams_interleave(launch: Launcher, lab_env: dict[str, s
     # Paced at the lab's x 0.05, not the module's x 0.01: there a 200-token stream lasts
     # ~0.15 s of wall time, less than the skew between eight threads starting on a loaded
     # machine. At x 0.05 it lasts ~0.75 s.
-    server = launch(
-        TARGET_FP4,
-        ["--max-model-len", "4096", "--speculative-config", EAGLE3_K5, "--served-model-name", "llama-fp4"],
-        env={**lab_env, "SPECFLEET_EMULATOR_TIME_SCALE": "0.05"},
-    )
+    server = launch(TARGET_FP4, SPEC_ARGS, env={**lab_env, "SPECFLEET_EMULATOR_TIME_SCALE": "0.05"})
     results: dict[int, list[tuple[float, Any]]] = {}
     start = threading.Barrier(8)
 
