@@ -17,6 +17,7 @@ import yaml
 # Where the unit's launch puts the options files inside the container. Two files, so the
 # baseline and the speculative argv each name their own and a rollback to the baseline never
 # depends on which variant was written last.
+OPTIONS_FLAG = "--extra_llm_api_options"
 OPTIONS_DIR = "/etc/specfleet/trtllm"
 OPTIONS_PATHS = {"speculative": f"{OPTIONS_DIR}/speculative.yml", "baseline": f"{OPTIONS_DIR}/baseline.yml"}
 # Seed 004 downloads the EAGLE-3 head / draft model with `hf download REPO --local-dir DIR`
@@ -57,13 +58,20 @@ def options_yaml(options: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(options), sort_keys=False, default_flow_style=False)
 
 
+def options_path_in(args: Sequence[str]) -> str | None:
+    """The options file a trtllm-serve argv names (None when it names none)."""
+    args = list(args)
+    if OPTIONS_FLAG not in args:
+        return None
+    index = args.index(OPTIONS_FLAG) + 1
+    return args[index] if index < len(args) else None
+
+
 def speculation_in_files(args: Sequence[str], files: Mapping[str, str]) -> dict[str, Any] | None:
     """Method and draft length of a trtllm-serve serving, from the options file its argv
     names (None when it does not speculate or the file is not there)."""
-    if "--extra_llm_api_options" not in args:
-        return None
-    index = list(args).index("--extra_llm_api_options") + 1
-    text = files.get(args[index]) if index < len(args) else None
+    path = options_path_in(args)
+    text = files.get(path) if path else None
     try:
         options = yaml.safe_load(text) if text else None
     except yaml.YAMLError:
@@ -131,7 +139,7 @@ def serve_args(model_repo: str, policy: Mapping, device_class: str, options_path
         "--tp_size", "1",
         "--max_batch_size", str(policy["specfleet_trtllm_max_batch_size"]),
         "--max_seq_len", str(policy["specfleet_max_model_len"][device_class]),
-        "--extra_llm_api_options", options_path,
+        OPTIONS_FLAG, options_path,
     ]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specfleet import plan_trtllm
 from specfleet.lab import lab
 from tests.conftest import REPO, on_unit
 from tests.conftest import lab_hosts as hosts
@@ -152,7 +153,7 @@ SPARK_HEAD = "nvidia/gpt-oss-120b-Eagle3-long-context"
 def serving_options(host: str) -> tuple[str, str]:
     """The options file the unit's trtllm-serve was started with, and its text as served."""
     args = json.loads(on_unit(host, "docker inspect -f '{{json .Args}}' specfleet-vllm").stdout)
-    path = args[args.index("--extra_llm_api_options") + 1]
+    path = plan_trtllm.options_path_in(args)
     return path, on_unit(host, f"docker exec specfleet-vllm cat {path}").stdout
 
 

@@ -52,8 +52,6 @@ POLICY = {
     "specfleet_max_model_len": {"dgx_spark": 8192},
     "specfleet_ngram_prompt_lookup_max": 4,
 }
-# Where a DGX Spark plan names its speculator (specfleet.plan_trtllm.CHECKPOINT_ROOT).
-CHECKPOINTS = "/root/.cache/huggingface/checkpoints"
 SERVE_USAGE = "Usage: trtllm-serve serve [OPTIONS] MODEL\nTry 'trtllm-serve serve --help' for help.\n\n"
 GROUP_USAGE = "Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\nTry 'trtllm-serve --help' for help.\n\n"
 
@@ -434,19 +432,20 @@ def test_other_failures_several_errors_and_types_that_are_not_emulated() -> None
             "eagle3",
             EAGLE3,
             "Eagle3",
-            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"{CHECKPOINTS}/{EAGLE3}"},
+            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"{plan_trtllm.CHECKPOINT_ROOT}/{EAGLE3}"},
         ),
         (
             "eagle3",
             EAGLE3,
             "Eagle",
-            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"{CHECKPOINTS}/{EAGLE3}"},
+            {"method": "eagle3", "num_speculative_tokens": 3, "model": f"{plan_trtllm.CHECKPOINT_ROOT}/{EAGLE3}"},
         ),
         (
             "draft_model",
             DRAFT_1B,
             "Eagle3",
-            {"method": "draft_model", "num_speculative_tokens": 3, "model": f"{CHECKPOINTS}/{DRAFT_1B}"},
+            {"method": "draft_model", "num_speculative_tokens": 3,
+             "model": f"{plan_trtllm.CHECKPOINT_ROOT}/{DRAFT_1B}"},
         ),
         (
             "ngram",
@@ -497,7 +496,7 @@ def test_speculator_resolution_local_dir_hub_id_and_missing(lab_root: Path, lab_
     assert resolve_model(EAGLE3, lab_env).weights_gib == 0.79  # through the hub cache
     assert served_name(str(local)) == local.name and served_name(TARGET) == TARGET
     with pytest.raises(Exception) as missing:
-        resolve_model(f"{CHECKPOINTS}/nobody/none", lab_env)
+        resolve_model(f"{plan_trtllm.CHECKPOINT_ROOT}/nobody/none", lab_env)
     assert str(missing.value).startswith("huggingface_hub.errors.HFValidationError: Repo id must be in the form")
     with pytest.raises(Exception) as offline:
         resolve_model("nobody/none", lab_env)
