@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specfleet_unit.store_manifest import build_manifest
+from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import build_manifest
 
 MANIFESTS = "manifests"
 

@@ -10,11 +10,16 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import yaml
-from specfleet_unit.jetson_identity import IdentityError, paths_under, read_unit
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import (
+    IdentityError,
+    paths_under,
+    read_unit,
+)
 
 from specfleet import cache as cache_module
 from specfleet import inventory as inventory_module
@@ -24,6 +29,10 @@ from specfleet import render
 from specfleet import report as report_module
 from specfleet.catalog import load_catalog
 from specfleet.plan import plan_fleet
+
+# Entry-point group through which another installed package adds `specfleet` commands: a
+# callable taking the subparsers (the lab registers `specfleet lab` this way).
+COMMAND_ENTRY_POINTS = "specfleet.commands"
 
 EXIT_BAD_INPUT = 2
 
@@ -191,7 +200,7 @@ def cmd_cache_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    runs_dir = Path(args.runs_dir)
+    runs_dir = Path(args.runs_dir) if args.runs_dir else report_module.runs_root()
     run_dir = runs_dir / args.run if args.run else report_module.latest_run(runs_dir)
     if run_dir is None or not (run_dir / "units").is_dir():
         wanted = f"named {args.run}" if args.run else "at all"
@@ -209,29 +218,37 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from specfleet import status as status_module  # loads paramiko only when asked
+    """Read every unit with one `ansible` ad hoc run (specfleet/status.py), one row each."""
+    from specfleet import status as status_module
 
     if args.timeout <= 0:
         print("specfleet status: --timeout must be more than 0 seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        targets = status_module.inventory_targets(args.inventory, args.limit)
+        addresses = status_module.inventory_hosts(args.inventory, args.limit)
     except Exception as exc:  # Ansible raises many types for a bad inventory
         print(f"specfleet status: -i {args.inventory}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not targets:
+    if not addresses:
         wanted = f" matching --limit {args.limit}" if args.limit else ""
         print(f"specfleet status: -i {args.inventory}: no hosts{wanted}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from rich.console import Console
-    from rich.progress import Progress
-
-    stderr = Console(stderr=True)
-    # A progress bar only for a person at a terminal; JSON and pipes stay clean.
-    with Progress(console=stderr, transient=True, disable=args.format == "json" or not stderr.is_terminal) as bar:
-        task = bar.add_task(f"reading {len(targets)} unit(s)", total=len(targets))
-        reads = status_module.read_fleet(targets, args.timeout, on_done=lambda _read: bar.advance(task))
-    rows = [status_module.unit_status(read) for read in reads]
+    # No live progress bar: Ansible answers for every unit at once, and may prompt on the
+    # terminal for a become or vault password, which a redrawn bar would overwrite. A person
+    # at a terminal gets one line saying what is being waited for.
+    if args.format != "json" and sys.stderr.isatty():
+        print(
+            f"specfleet status: reading {len(addresses)} unit(s) with ansible (connect timeout {args.timeout:g} s)",
+            file=sys.stderr,
+        )
+    try:
+        fleet = status_module.read_fleet(args.inventory, addresses, args.limit, args.timeout)
+    except status_module.AnsibleRunError as exc:
+        print(f"specfleet status: -i {args.inventory}: ansible reported no unit: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if fleet.stderr.strip():  # Ansible's warnings (a --limit part matching nothing, ...)
+        print(fleet.stderr.rstrip(), file=sys.stderr)
+    rows = [status_module.unit_status(read) for read in fleet.reads]
     _emit(rows, args.format, status_module.status_table(rows))
     return status_module.exit_code(rows)
 
@@ -349,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     which = report.add_mutually_exclusive_group()
     which.add_argument("--run", help="run id (a folder under --runs-dir)")
     which.add_argument("--latest", action="store_true", help="the newest run (default)")
-    report.add_argument("--runs-dir", default="runs", help="folder of runs (default runs/)")
+    report.add_argument("--runs-dir", default=None,
+                        help="folder of runs (default $SPECFLEET_RUNS_DIR, else runs/ here)")
     report.add_argument("--format", choices=("json", "md", "html"), default="md",
                         help="print JSON or Markdown, or the path of the HTML page")
     report.set_defaults(func=cmd_report)
@@ -369,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.set_defaults(func=cmd_status)
 
-    kserve = commands.add_parser("kserve", help="KServe InferenceService manifests from plans (seed 002)")
+    kserve = commands.add_parser("kserve", help="KServe InferenceService manifests from plans")
     kserve_commands = kserve.add_subparsers(dest="kserve_command", required=True)
     render_isvc = kserve_commands.add_parser(
         "render",
@@ -413,12 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     fanout_run.register(commands)
 
-    try:
-        from specfleet.lab import cli as lab_cli
-    except ImportError:  # the lab is optional for users who only plan
-        lab_cli = None
-    if lab_cli is not None and hasattr(lab_cli, "register"):
-        lab_cli.register(commands)
+    # Commands other packages add (the lab's `specfleet lab`, lab/pyproject.toml): the product
+    # does not ship the lab, and runs without it.
+    for entry in entry_points(group=COMMAND_ENTRY_POINTS):
+        entry.load()(commands)
     return parser
 
 

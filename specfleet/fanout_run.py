@@ -35,9 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit
+
 from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
 
-UNIT_HELPER_DIR = Path(__file__).resolve().parents[1] / "plugins" / "module_utils"
+# The unit-side helper ships with the collection's module_utils, beside store_manifest.py.
+UNIT_HELPER_DIR = Path(fanout_unit.__file__).resolve().parent
 HELPER_FILES = ("fanout_unit.py", "store_manifest.py")
 DEFAULT_KEY = Path.home() / ".ssh" / "specfleet_fanout_ed25519"
 KEY_COMMENT = "specfleet-fanout"

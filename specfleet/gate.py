@@ -25,6 +25,16 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import (
+    bench_of,
+    cell,
+    cell_acceptance,
+    median_throughput,
+    throughput_runs,
+    tpot_p50,
+    tpot_runs,
+)
+
 from specfleet.policy import defaults as policy_defaults
 
 SINGLE = "c1"
@@ -37,14 +47,6 @@ def gate_defaults() -> dict[str, Any]:
     return {name: value for name, value in policy_defaults().items() if name.startswith("specfleet_gate_")}
 
 
-def _bench(result: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """Accept the `bench` dict or the whole registered module result."""
-    if not isinstance(result, Mapping):
-        return {}
-    inner = result.get("bench")
-    return inner if isinstance(inner, Mapping) else result
-
-
 def _pct(value: float | None, signed: bool = True) -> str:
     if value is None:
         return "n/a"
@@ -55,16 +57,6 @@ def _num(value: float | None, unit: str = "") -> str:
     if value is None:
         return "n/a"
     return f"{value:.1f}{unit}" if abs(value) >= 10 else f"{value:.2f}{unit}"
-
-
-def _runs(cell: Mapping[str, Any] | None, key: str) -> list[float]:
-    if not cell:
-        return []
-    if key == "throughput":
-        values = (cell.get("throughput_tok_s") or {}).get("runs") or []
-    else:
-        values = [run.get("tpot_p50_ms") for run in cell.get("runs") or [] if not run.get("failed_requests")]
-    return [float(v) for v in values if isinstance(v, int | float) and v > 0]
 
 
 def _spread(values: list[float]) -> float | None:
@@ -98,23 +90,6 @@ def _ratio(point_base: float | None, point_cand: float | None, base_runs: list[f
     return figure
 
 
-def _cell(bench: Mapping[str, Any], workload: str, key: str) -> Mapping[str, Any] | None:
-    cell = ((bench.get("results") or {}).get(workload) or {}).get(key)
-    return cell if isinstance(cell, Mapping) else None
-
-
-def _median_throughput(cell: Mapping[str, Any] | None) -> float | None:
-    if not cell:
-        return None
-    return (cell.get("throughput_tok_s") or {}).get("median")
-
-
-def _tpot_p50(cell: Mapping[str, Any] | None) -> float | None:
-    if not cell:
-        return None
-    return (cell.get("tpot_ms") or {}).get("p50")
-
-
 def _acceptance_text(acceptance: Mapping[str, Any] | None) -> str:
     if not acceptance:
         return "unavailable (the server exposes no spec-decode counters)"
@@ -141,21 +116,20 @@ def _workload_checks(
     def check(name: str, passed: bool, reason: str) -> None:
         checks.append({"workload": workload, "check": name, "passed": passed, "reason": f"{workload}: {reason}"})
 
-    base1, cand1 = _cell(baseline, workload, SINGLE), _cell(candidate, workload, SINGLE)
-    base8, cand8 = _cell(baseline, workload, LOADED), _cell(candidate, workload, LOADED)
+    base1, cand1 = cell(baseline, workload, SINGLE), cell(candidate, workload, SINGLE)
+    base8, cand8 = cell(baseline, workload, LOADED), cell(candidate, workload, LOADED)
 
-    gain = _ratio(_median_throughput(base1), _median_throughput(cand1), _runs(base1, "throughput"),
-                  _runs(cand1, "throughput"), higher_is_better=True)
-    tpot = _ratio(_tpot_p50(base1), _tpot_p50(cand1), _runs(base1, "tpot"), _runs(cand1, "tpot"),
-                  higher_is_better=False)
-    load = _ratio(_median_throughput(base8), _median_throughput(cand8), _runs(base8, "throughput"),
-                  _runs(cand8, "throughput"), higher_is_better=True)
+    gain = _ratio(median_throughput(base1), median_throughput(cand1), throughput_runs(base1),
+                  throughput_runs(cand1), higher_is_better=True)
+    tpot = _ratio(tpot_p50(base1), tpot_p50(cand1), tpot_runs(base1), tpot_runs(cand1), higher_is_better=False)
+    load = _ratio(median_throughput(base8), median_throughput(cand8), throughput_runs(base8),
+                  throughput_runs(cand8), higher_is_better=True)
     figures = {
         "throughput_gain_c1": _as_change(gain),
         "tpot_drop_c1": _as_drop(tpot),
         "throughput_change_c8": _as_change(load),
-        "acceptance_c1": (cand1 or {}).get("acceptance") if cand1 else None,
-        "acceptance_c1_text": _acceptance_text((cand1 or {}).get("acceptance")) if cand1 else "not measured",
+        "acceptance_c1": cell_acceptance(cand1) if cand1 else None,
+        "acceptance_c1_text": _acceptance_text(cell_acceptance(cand1)) if cand1 else "not measured",
     }
 
     # Throughput at concurrency 1.
@@ -255,7 +229,7 @@ def decide(baseline: Mapping[str, Any], candidate: Mapping[str, Any], policy: Ma
     """
     defaults = gate_defaults()
     merged = {**defaults, **{k: v for k, v in (policy or {}).items() if k.startswith("specfleet_gate_")}}
-    base, cand = _bench(baseline), _bench(candidate)
+    base, cand = bench_of(baseline), bench_of(candidate)
     workloads = list(merged["specfleet_gate_workloads"] or defaults["specfleet_gate_workloads"])
     failing: list[str] = []
     passing: list[str] = []

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from specfleet import serving
+
 API_VERSION = "serving.kserve.io/v1beta1"
 KIND = "InferenceService"
 # Where KServe puts a single storageUri's artifact (seed 002: "The model lands at /mnt/models").
@@ -39,10 +41,11 @@ SEED_DRAFT_HEADROOM = 0.10
 RUNTIMES: dict[str, dict[str, Any]] = {
     # KServe v0.20 ClusterServingRuntime kserve-vllmserver: modelFormat vLLM, runs the vLLM OpenAI
     # server with --model=/mnt/models; args we add come after its own, so our --model wins
-    # (reference/serving-facts.md section 6).
+    # (kserve/kserve PR #4769, first in KServe v0.20.0).
     "vllm": {"model_format": "vLLM", "fixed": [], "model_flag": "--model"},
     # kserve-huggingfaceserver: modelFormat huggingface, --model_name/--model_dir, and with the vLLM
-    # backend vLLM's engine flags in args (reference/serving-facts.md section 6; KServe docs
+    # backend vLLM's engine flags in args (kserve/kserve python/huggingfaceserver/huggingfaceserver/
+    # __main__.py, maybe_add_vllm_cli_parser; KServe docs
     # "Runtime Overview", kserve.github.io/website/docs/model-serving/generative-inference/overview).
     "huggingface": {"model_format": "huggingface", "fixed": ["--backend=vllm"], "model_flag": "--model_dir"},
 }
@@ -55,7 +58,7 @@ _ISVC_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Namespaces are DNS-1123 labels (Kubernetes).
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_MAX = 63
-# StorageUri.mountPath: Pattern "^/.*", MaxLength 255 (KServe predictor.go, serving-facts.md s. 6).
+# StorageUri.mountPath: Pattern "^/.*", MaxLength 255 (kserve/kserve pkg/apis/serving/v1beta1/predictor.go).
 _MOUNT_PATH_MAX = 255
 # Knative duration for serving.knative.dev/progress-deadline (seed 002 caveat: size it to the
 # ~5 minute cold start of a pod with a draft artifact).
@@ -136,8 +139,7 @@ def _basename(repo: str) -> str:
 
 def _draft_repo(plan: Mapping) -> str | None:
     """The artifact the speculative method loads besides the target (EAGLE-3 head, draft model)."""
-    spec = plan.get("speculative") or {}
-    return spec.get("model")
+    return serving.draft_repo(plan["serving"]) if plan.get("serving") else None
 
 
 def _storage(plan: Mapping, options: Options) -> tuple[dict, dict, str, str | None, list[str]]:
@@ -153,7 +155,7 @@ def _storage(plan: Mapping, options: Options) -> tuple[dict, dict, str, str | No
     if len(given) > 1:
         # Seed 002 Option A: "storageUri (singular) and storageUris (plural) are mutually exclusive";
         # a PVC is a storageUri (pvc://), so it excludes both.
-        raise KServeError([f"storage: {' and '.join(given)} given; they are mutually exclusive (seed 002): "
+        raise KServeError([f"storage: {' and '.join(given)} given; they are mutually exclusive (KServe): "
                            "give one storageUri, one PVC, or storageUris"])
     if not given:
         raise KServeError(["storage: no model storage given: a storageUri, a PVC, or storageUris (target[, draft])"])
@@ -168,7 +170,7 @@ def _storage(plan: Mapping, options: Options) -> tuple[dict, dict, str, str | No
         if "target" not in options.storage_uris:
             raise KServeError(["storageUris: no target entry: the target model must be mounted"])
         if draft and "draft" not in options.storage_uris:
-            raise KServeError([f"storageUris: {method} loads {draft}: add a draft entry (seed 002 Option A)"])
+            raise KServeError([f"storageUris: {method} loads {draft}: add a draft entry"])
         roles = ["target", "draft"] if draft else ["target"]
         if not draft and "draft" in options.storage_uris:
             notes.append(f"storageUris: the draft entry is left out: {method or 'the baseline'} loads no draft")
@@ -192,25 +194,6 @@ def _storage(plan: Mapping, options: Options) -> tuple[dict, dict, str, str | No
     return {}, {"storageUri": uri}, target, draft_path, notes
 
 
-def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
-    """(flag, value or None) from a `vllm serve` argv after the positional model."""
-    pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if "=" in token and token.startswith("--"):
-            flag, _, value = token.partition("=")
-            pairs.append((flag, value))
-            i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            pairs.append((token, argv[i + 1]))
-            i += 2
-        else:
-            pairs.append((token, None))
-            i += 1
-    return pairs
-
-
 def _gpu_utilisation(plan: Mapping, speculative: bool, headroom: float) -> float:
     baseline = plan["baseline_gpu_memory_utilization"]
     if not speculative:
@@ -228,14 +211,14 @@ def container_args(
     the mounts. One string per flag, so removing the ``--speculative-config`` line is the whole
     rollback (seed 002, Rollback)."""
     runtime = RUNTIMES[options.runtime_format]
-    source = plan["args"] if speculative else plan["baseline_args"]
+    spec = plan["serving"] if speculative else plan["baseline_serving"]
     args = list(runtime["fixed"])
     if options.runtime_format == "huggingface":
         args.append(f"--model_name={options.name}")
     args.append(f"{runtime['model_flag']}={target}")
     util = _gpu_utilisation(plan, speculative, options.draft_headroom)
-    # source[:3] is `vllm serve REPO`: the runtime's command and the mounted target replace them.
-    for flag, value in _flag_pairs(list(source[3:])):
+    # The runtime's command and the mounted target replace `vllm serve REPO`.
+    for flag, value in serving.engine_flags(spec):
         if flag in _RUNTIME_OWNED:
             continue
         if flag == "--gpu-memory-utilization":
@@ -243,12 +226,10 @@ def container_args(
         if flag == "--speculative-config":
             if not speculative:
                 continue
-            config = json.loads(value or "{}")
-            if "model" in config:
+            if "model" in value:
                 # The draft's Hugging Face id becomes the path the storage puts it at.
-                config["model"] = draft
-            value = json.dumps(config, separators=(",", ":"))
-        args.append(flag if value is None else f"{flag}={value}")
+                value = {**value, "model": draft}
+        args.append(flag if value is None else f"{flag}={serving.flag_text(value)}")
     return args
 
 
@@ -314,8 +295,10 @@ def _plan_problems(plan: Mapping, options: Options) -> list[str]:
     problems = []
     if plan.get("refused"):
         problems.append(f"plan: {plan.get('host')} is refused: {'; '.join(plan.get('reasons') or [])}")
-    elif not plan.get("args") or not plan.get("baseline_args"):
-        problems.append(f"plan: {plan.get('host')} has no serving args")
+    elif not plan.get("serving") or not plan.get("baseline_serving"):
+        problems.append(f"plan: {plan.get('host')} has no serving")
+    elif plan["serving"].get("engine") != "vllm":
+        problems.append(f"plan: {plan.get('host')} serves with {plan['serving'].get('engine')}, KServe runs vLLM")
     if options.runtime_format not in RUNTIMES:
         problems.append(f"runtime format: {options.runtime_format!r} is not one of {', '.join(RUNTIMES)}")
     if options.gpus < 0:
@@ -395,7 +378,7 @@ def _mount_path_problems(path: Any, where: str) -> list[str]:
     if not isinstance(path, str) or not path:
         return [f"{where}: required"]
     if not path.startswith("/"):
-        return [f"{where}: {path!r} is relative; mount paths must be absolute (seed 002, KServe)"]
+        return [f"{where}: {path!r} is relative; mount paths must be absolute (KServe)"]
     if path.rstrip("/") == "":
         return [f"{where}: '/' cannot be a mount path"]
     if ".." in path.split("/"):
@@ -446,7 +429,7 @@ def _storage_uris_problems(entries: Any) -> tuple[list[str], list[str]]:
     if parent == "/":
         # Seed 002: "All mountPath values must be absolute and share a common parent directory";
         # KServe validateMultipleStorageURIsSpec: "no common parent beyond root".
-        problems.append(f"{where}: mount paths {paths} share no parent directory other than '/' (seed 002)")
+        problems.append(f"{where}: mount paths {paths} share no parent directory other than '/' (KServe)")
     for path in paths:
         if path == parent:
             others = [p for p in paths if p != path]
@@ -498,7 +481,7 @@ def _args_problems(args: Any, roots: list[str], parent: str | None) -> list[str]
             problems.append(f"{where}: --speculative-config model {draft!r} is not an absolute path in the pod")
         elif parent is not None and not _under(draft, parent):
             problems.append(f"{where}: --speculative-config model {draft!r} is outside the common mount "
-                            f"parent {parent} (seed 002: draft and target share one parent)")
+                            f"parent {parent} (draft and target share one parent)")
         elif roots and not any(_under(draft, root) for root in roots):
             problems.append(f"{where}: --speculative-config model {draft!r} is not under a mounted storage path")
     return problems
@@ -554,7 +537,7 @@ def validate(manifest: Any) -> list[str]:
     if has_uri and has_uris:
         # Seed 002 and KServe: "Setting both StorageURI and StorageURIs is not supported."
         problems.append("spec.predictor.model.storageUri and spec.predictor.storageUris: both set; "
-                        "they are mutually exclusive (seed 002, KServe)")
+                        "they are mutually exclusive (KServe)")
     elif not has_uri and not has_uris:
         problems.append("spec.predictor.model.storageUri or spec.predictor.storageUris: one is required "
                         "to put the model in the pod")

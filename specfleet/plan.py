@@ -7,13 +7,12 @@ report shows to the user.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from specfleet_unit.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 
-from specfleet import plan_trtllm
+from specfleet import plan_trtllm, serving
 from specfleet.catalog import Catalog, Image, Model
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
@@ -85,25 +84,32 @@ def speculative_config(method: str, artifact: str | None, tokens: int, policy: M
     return config
 
 
-def serve_args(
+def vllm_serving(
+    kind: str,
+    image_ref: str,
     model: Model,
     policy: Mapping,
     device_class: str,
     utilisation: float,
     spec_config: dict | None,
-) -> list[str]:
-    args = [
-        "vllm", "serve", model.repo,
-        "--host", "0.0.0.0",
-        "--port", str(policy["specfleet_port"]),
-        "--gpu-memory-utilization", f"{utilisation:.2f}",
-        "--max-model-len", str(policy["specfleet_max_model_len"][device_class]),
-        "--max-num-seqs", str(policy["specfleet_max_num_seqs"]),
-        "--seed", str(policy["specfleet_seed"]),
-    ]
-    if spec_config:
-        args += ["--speculative-config", json.dumps(spec_config, separators=(",", ":"))]
-    return args + list(policy["specfleet_serve_extra_args"])
+) -> dict[str, Any]:
+    """A `vllm serve` serving; the port and every flag come from the policy, the user's
+    extra flags after the plan's."""
+    return serving.make(
+        kind,
+        engine="vllm",
+        image=image_ref,
+        model=model.repo,
+        port=policy["specfleet_port"],
+        flags=[
+            ["--gpu-memory-utilization", f"{utilisation:.2f}"],
+            ["--max-model-len", str(policy["specfleet_max_model_len"][device_class])],
+            ["--max-num-seqs", str(policy["specfleet_max_num_seqs"])],
+            ["--seed", str(policy["specfleet_seed"])],
+        ],
+        extra_flags=serving.normalise_flags(policy["specfleet_serve_extra_args"]),
+        speculative_config=spec_config,
+    )
 
 
 def _memory_check(
@@ -191,11 +197,10 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
         "speculative": None,
         "gpu_memory_utilization": None,
         "baseline_gpu_memory_utilization": None,
-        "args": [],
-        "baseline_args": [],
-        # Files the engine reads inside the container, path -> text (trtllm-serve's options).
-        "serving_files": {},
-        "baseline_serving_files": {},
+        # What the unit serves (specfleet.serving): the candidate, and the baseline it is
+        # measured against. A plan with no method that fits has the baseline's flags in both.
+        "serving": None,
+        "baseline_serving": None,
         "needs_tiktoken": model.needs_tiktoken,
         "gated": model.gated,
         "memory": None,
@@ -251,25 +256,27 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
     if problem:
         return _refused(plan, f"does not fit: {problem}")
     plan["baseline_gpu_memory_utilization"] = baseline_util
-    plan["baseline_args"] = serve_args(model, policy, device_class, baseline_util, None)
+    plan["baseline_serving"] = vllm_serving(
+        "baseline", plan["image"], model, policy, device_class, baseline_util, None)
 
     spec_util = round(baseline_util - policy["specfleet_spec_memory_drop"], 2)
-    tokens = policy["specfleet_spec_tokens"][device_class]
     for method, label, artifact, artifact_gib in _candidate_methods(plan, model, policy, catalog, image):
         what = f"{model.repo} + {artifact or label} (+{kv_gib:.2f} GiB KV)"
         problem = _memory_check(what, baseline_need + artifact_gib, spec_util, unit_gib, policy)
         if problem:
             plan["reasons"].append(f"{label} does not fit on {device_class}: {problem}")
             continue
+        tokens = _spec_tokens(policy, device_class, method)
         plan["speculative"] = speculative_config(method, artifact, tokens, policy)
         plan["memory"]["speculator_gib"] = artifact_gib
         plan["gpu_memory_utilization"] = spec_util
-        plan["args"] = serve_args(model, policy, device_class, spec_util, plan["speculative"])
+        plan["serving"] = vllm_serving(
+            "speculative", plan["image"], model, policy, device_class, spec_util, plan["speculative"])
         return plan
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
     plan["gpu_memory_utilization"] = baseline_util
-    plan["args"] = plan["baseline_args"]
+    plan["serving"] = {**plan["baseline_serving"], "kind": "speculative"}
     return plan
 
 
@@ -300,12 +307,7 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
         image=mirrored(image.ref, policy["specfleet_image_mirror"]),
         image_digest=image.digest,
         kv_cache_free_gpu_memory_fraction=None,
-        extra_llm_api_options=None,
-        baseline_extra_llm_api_options=None,
-        extra_llm_api_options_path=plan_trtllm.OPTIONS_PATHS["speculative"],
-        baseline_extra_llm_api_options_path=plan_trtllm.OPTIONS_PATHS["baseline"],
         speculator=None,
-        spec_method=None,
     )
     if image.digest is None:
         plan["notes"].append(f"{image.ref} is a mutable tag with no pinned digest")
@@ -327,17 +329,15 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
     problem = plan_trtllm.memory_problem(model.repo, model.weights_gib, fraction, unit_gib, kv_gib, headroom)
     if problem:
         return _refused(plan, f"does not fit: {problem}")
-    baseline_path = plan_trtllm.OPTIONS_PATHS["baseline"]
-    plan["baseline_args"] = plan_trtllm.serve_args(model.repo, policy, device_class, baseline_path)
     if max_batch == 1:
         plan["notes"].append(
-            "trtllm max_batch_size 1 (seed 004): concurrent requests queue in the server; "
-            "set specfleet_trtllm_max_batch_size to measure batching"
+            "trtllm max_batch_size 1 (as in NVIDIA's DGX Spark speculative decoding playbook): concurrent "
+            "requests queue in the server; set specfleet_trtllm_max_batch_size to measure batching"
         )
     if model.needs_tiktoken:
         plan["notes"].append(
             f"{model.repo} loads o200k_base/cl100k_base: set TIKTOKEN_ENCODINGS_BASE to a directory holding them "
-            "(seed 004)"
+            "(as NVIDIA's DGX Spark speculative decoding playbook does)"
         )
 
     for method, label, artifact, artifact_gib in _candidate_methods(plan, model, policy, catalog, image):
@@ -352,34 +352,27 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
         spec = plan_trtllm.speculative_config(method, artifact, tokens, policy, image.trtllm_eagle3_decoding_type)
         options = plan_trtllm.extra_llm_api_options(method, spec, fraction, max_batch)
         plan["speculative"] = spec
-        plan["spec_method"] = method
         plan["memory"]["speculator_gib"] = artifact_gib
         plan["memory"]["kv_cache_gib"] = plan_trtllm.kv_cache_gib(weights, fraction, unit_gib)
-        plan["extra_llm_api_options"] = options
-        plan["baseline_extra_llm_api_options"] = plan_trtllm.baseline_options(options)
         if artifact:
             plan["speculator"] = {"repo": artifact, "dir": plan_trtllm.speculator_dir(artifact)}
-        plan["args"] = plan_trtllm.serve_args(
-            model.repo, policy, device_class, plan_trtllm.OPTIONS_PATHS["speculative"]
-        )
-        return _with_options_files(plan)
+        plan["serving"] = plan_trtllm.serving("speculative", plan["image"], model.repo, policy, device_class, options)
+        plan["baseline_serving"] = plan_trtllm.serving(
+            "baseline", plan["image"], model.repo, policy, device_class, plan_trtllm.baseline_options(options))
+        return plan
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
     baseline = plan_trtllm.extra_llm_api_options(None, None, fraction, max_batch)
-    plan["baseline_extra_llm_api_options"] = baseline
-    plan["extra_llm_api_options"] = baseline
-    plan["extra_llm_api_options_path"] = baseline_path
-    plan["args"] = plan["baseline_args"]
-    return _with_options_files(plan)
+    plan["baseline_serving"] = plan_trtllm.serving(
+        "baseline", plan["image"], model.repo, policy, device_class, baseline)
+    plan["serving"] = {**plan["baseline_serving"], "kind": "speculative"}
+    return plan
 
 
 def speculation(plan: Mapping) -> dict[str, Any]:
     """The plan's speculative method and draft tokens, whichever engine serves it (None and
     None for a baseline-only plan)."""
-    spec = plan.get("speculative") or {}
-    if plan.get("backend") == "trtllm":
-        return {"method": plan.get("spec_method"), "num_speculative_tokens": spec.get("max_draft_len")}
-    return {"method": spec.get("method"), "num_speculative_tokens": spec.get("num_speculative_tokens")}
+    return serving.speculation(plan.get("serving"))
 
 
 def needed_repos(plan: Mapping) -> list[str]:
@@ -387,7 +380,7 @@ def needed_repos(plan: Mapping) -> list[str]:
     (vLLM names it in --speculative-config, TensorRT-LLM in speculative_model_dir)."""
     if not plan.get("model") or plan.get("refused"):
         return []
-    vllm_speculator = (plan.get("speculative") or {}).get("model")
+    vllm_speculator = serving.draft_repo(plan["serving"]) if plan.get("serving") else None
     return [plan["model"], *([vllm_speculator] if vllm_speculator else []), *checkpoint_repos(plan)]
 
 
@@ -395,17 +388,6 @@ def checkpoint_repos(plan: Mapping) -> list[str]:
     """Repos the engine reads as a checkpoint directory rather than by repo id."""
     speculator = plan.get("speculator") or {}
     return [speculator["repo"]] if speculator.get("repo") and not plan.get("refused") else []
-
-
-def _with_options_files(plan: dict) -> dict:
-    """Each variant's options YAML as the file its argv names (--extra_llm_api_options)."""
-    plan["serving_files"] = {
-        plan["extra_llm_api_options_path"]: plan_trtllm.options_yaml(plan["extra_llm_api_options"])
-    }
-    plan["baseline_serving_files"] = {
-        plan["baseline_extra_llm_api_options_path"]: plan_trtllm.options_yaml(plan["baseline_extra_llm_api_options"])
-    }
-    return plan
 
 
 def plan_fleet(

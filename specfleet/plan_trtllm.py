@@ -1,25 +1,20 @@
-"""TensorRT-LLM serving for a DGX Spark: `trtllm-serve` argv and its extra LLM API options.
+"""TensorRT-LLM serving for a DGX Spark: the `trtllm-serve` serving and its extra LLM API options.
 
 Pure functions; specfleet.plan decides *whether* and *which method*, this module says how
 TensorRT-LLM is told. Figures come from seed 004 (NVIDIA's DGX Spark speculative decoding
-playbook, image nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6) and the option keys from
-reference/serving-facts.md §5 (NVIDIA/TensorRT-LLM docs `features/speculative-decoding.md`,
-`commands/trtllm-serve`).
+playbook, build.nvidia.com/spark/speculative-decoding, image
+nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6) and the option keys from TensorRT-LLM's docs
+(NVIDIA/TensorRT-LLM `docs/source/features/speculative-decoding.md`,
+`docs/source/commands/trtllm-serve/trtllm-serve.rst`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import yaml
+from specfleet import serving as serving_spec
 
-# Where the unit's launch puts the options files inside the container. Two files, so the
-# baseline and the speculative argv each name their own and a rollback to the baseline never
-# depends on which variant was written last.
-OPTIONS_FLAG = "--extra_llm_api_options"
-OPTIONS_DIR = "/etc/specfleet/trtllm"
-OPTIONS_PATHS = {"speculative": f"{OPTIONS_DIR}/speculative.yml", "baseline": f"{OPTIONS_DIR}/baseline.yml"}
 # Seed 004 downloads the EAGLE-3 head / draft model with `hf download REPO --local-dir DIR`
 # and points speculative_model_dir at DIR: TensorRT-LLM reads it as a checkpoint directory,
 # not a repo id. A unit has it in its HF cache already, so the hf_cache role gives each such
@@ -29,16 +24,14 @@ OPTIONS_PATHS = {"speculative": f"{OPTIONS_DIR}/speculative.yml", "baseline": f"
 # specfleet_hf_cache_container_dir).
 CHECKPOINT_ROOT = "/root/.cache/huggingface/checkpoints"
 
-# specfleet method -> TensorRT-LLM speculative_config.decoding_type (serving-facts §5:
-# MTP, Eagle3, NGram, DraftTarget, ...). EAGLE-3's name can differ per image (see
-# images.yml `trtllm_eagle3_decoding_type`): "Eagle" is the older spelling, still an alias.
+# specfleet method -> TensorRT-LLM speculative_config.decoding_type (TensorRT-LLM
+# docs/source/features/speculative-decoding.md: MTP, Eagle3, NGram, DraftTarget, ...).
+# EAGLE-3's name can differ per image (see images.yml `trtllm_eagle3_decoding_type`): "Eagle"
+# is the older spelling, still an alias.
 DECODING_TYPES = {"eagle3": "Eagle3", "draft_model": "DraftTarget", "ngram": "NGram", "mtp": "MTP"}
 
-# decoding_type -> specfleet method, for reading a serving back ("Eagle" is EAGLE-3's alias).
-METHODS = {**{name: method for method, name in DECODING_TYPES.items()}, "Eagle": "eagle3"}
-
 # The overlap scheduler must be off for the two-model methods: TensorRT-LLM's DraftTarget
-# and NGram examples pass disable_overlap_scheduler=True (serving-facts §5) and seed 004's
+# and NGram examples pass disable_overlap_scheduler=True (features/speculative-decoding.md) and seed 004's
 # Draft Target YAML sets it true; its EAGLE-3 YAML keeps it on (false).
 OVERLAP_OFF = ("draft_model", "ngram")
 
@@ -51,36 +44,6 @@ SEED_KEYS: dict[str, dict[str, Any]] = {
 }
 # Seed 004's Draft Target YAML sets no cuda_graph_config; its EAGLE-3 YAML does.
 NO_CUDA_GRAPH_CONFIG = ("draft_model",)
-
-
-def options_yaml(options: Mapping[str, Any]) -> str:
-    """The options file's text, keys in the plan's order (the order seed 004 writes them)."""
-    return yaml.safe_dump(dict(options), sort_keys=False, default_flow_style=False)
-
-
-def options_path_in(args: Sequence[str]) -> str | None:
-    """The options file a trtllm-serve argv names (None when it names none)."""
-    args = list(args)
-    if OPTIONS_FLAG not in args:
-        return None
-    index = args.index(OPTIONS_FLAG) + 1
-    return args[index] if index < len(args) else None
-
-
-def speculation_in_files(args: Sequence[str], files: Mapping[str, str]) -> dict[str, Any] | None:
-    """Method and draft length of a trtllm-serve serving, from the options file its argv
-    names (None when it does not speculate or the file is not there)."""
-    path = options_path_in(args)
-    text = files.get(path) if path else None
-    try:
-        options = yaml.safe_load(text) if text else None
-    except yaml.YAMLError:
-        return {"method": "unparsed"}
-    spec = options.get("speculative_config") if isinstance(options, dict) else None
-    if not isinstance(spec, dict):
-        return None
-    return {"method": METHODS.get(spec.get("decoding_type"), spec.get("decoding_type")),
-            "num_speculative_tokens": spec.get("max_draft_len")}
 
 
 def speculator_dir(repo: str) -> str:
@@ -101,7 +64,7 @@ def speculative_config(
         # The longest n-gram matched in the prompt: the vLLM plan's prompt_lookup_max.
         config["max_matching_ngram_size"] = policy["specfleet_ngram_prompt_lookup_max"]
     if method == "mtp":
-        # "num_nextn_predict_layers must match max_draft_len" (serving-facts §5).
+        # "num_nextn_predict_layers must match max_draft_len" (TensorRT-LLM features/speculative-decoding.md).
         config["num_nextn_predict_layers"] = tokens
     return config
 
@@ -127,20 +90,27 @@ def baseline_options(speculative_options: Mapping) -> dict:
     return options
 
 
-def serve_args(model_repo: str, policy: Mapping, device_class: str, options_path: str) -> list[str]:
-    """`trtllm-serve` argv as seed 004 runs it (pytorch backend, tp 1, its max batch size),
-    plus host/port so the benchmark reaches it like a vLLM unit and the class's context cap.
-    The KV fraction lives in the YAML only: one place, nothing for a CLI flag to override."""
-    return [
-        "trtllm-serve", model_repo,
-        "--host", "0.0.0.0",
-        "--port", str(policy["specfleet_port"]),
-        "--backend", "pytorch",
-        "--tp_size", "1",
-        "--max_batch_size", str(policy["specfleet_trtllm_max_batch_size"]),
-        "--max_seq_len", str(policy["specfleet_max_model_len"][device_class]),
-        OPTIONS_FLAG, options_path,
-    ]
+def serving(
+    kind: str, image_ref: str, model_repo: str, policy: Mapping, device_class: str, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A `trtllm-serve` serving as seed 004 runs it (pytorch backend, tp 1, its max batch
+    size), on the policy's port so the benchmark reaches it like a vLLM unit, with the class's
+    context cap. The KV fraction lives in the options file only: one place, nothing for a CLI
+    flag to override."""
+    return serving_spec.make(
+        kind,
+        engine="trtllm",
+        image=image_ref,
+        model=model_repo,
+        port=policy["specfleet_port"],
+        flags=[
+            ["--backend", "pytorch"],
+            ["--tp_size", "1"],
+            ["--max_batch_size", str(policy["specfleet_trtllm_max_batch_size"])],
+            ["--max_seq_len", str(policy["specfleet_max_model_len"][device_class])],
+        ],
+        engine_options=options,
+    )
 
 
 def memory_problem(

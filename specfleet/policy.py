@@ -14,9 +14,10 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from specfleet_unit.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
-from specfleet_unit.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 
+from specfleet import serving
 from specfleet.catalog import Catalog
 
 SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
@@ -113,7 +114,12 @@ def _check_extra_args(problems: list[str], extra: Any) -> None:
     if not isinstance(extra, list) or not all(isinstance(arg, str) and arg for arg in extra):
         problems.append(f"specfleet_serve_extra_args: must be a list of non-empty strings, got {extra!r}")
         return
-    owned = sorted({arg.split("=", 1)[0] for arg in extra} & set(PLAN_OWNED_FLAGS))
+    try:
+        pairs = serving.normalise_flags(extra)
+    except serving.ServingError as exc:
+        problems.append(f"specfleet_serve_extra_args: {exc}")
+        return
+    owned = sorted({flag for flag, _ in pairs} & set(PLAN_OWNED_FLAGS))
     if owned:
         problems.append(
             f"specfleet_serve_extra_args: {', '.join(owned)} is set by the plan; use its specfleet_* variable instead"

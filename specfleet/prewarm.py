@@ -3,7 +3,7 @@ it, and the controller-side store that holds it.
 
 vLLM names a compiled artifact set ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>`` by a hash
 of what changes the compiled graph (configs, PyTorch/Inductor, the GPU name, the traced
-source; reference/jetson-facts.md section 5). The controller cannot compute that hash, so it
+source; vLLM's "torch.compile integration" design doc, docs.vllm.ai). The controller cannot compute that hash, so it
 groups units by a *key* built from what determines it on a fleet that runs the plan's
 images: the device class (GPU name, and which autotuned kernels fit), the image (digest
 when pinned, else the reference: vLLM, torch, Triton and CUDA versions) and the serve
@@ -35,11 +35,18 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specfleet_unit.store_manifest import StoreLayout, build_manifest, promote, verify_tree
+from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
+    StoreLayout,
+    build_manifest,
+    promote,
+    verify_tree,
+)
+
+from specfleet import serving
 
 KEY_VERSION = 1
 STORE_SUBDIR = "compile-cache"
@@ -60,102 +67,47 @@ NEUTRAL_FLAGS = frozenset({
     "--disable-uvicorn-access-log", "--enable-force-include-usage", "--disable-fastapi-docs",
     "--max-log-len",
 })
-# Flags whose value is JSON: compared by content, not by spelling.
-JSON_FLAGS = frozenset({"--speculative-config", "--compilation-config", "--hf-overrides", "--kv-transfer-config",
-                        "--additional-config", "-O", "-sc"})
-ALIASES = {"-sc": "--speculative-config", "-O": "--compilation-config", "-tp": "--tensor-parallel-size",
-           "-pp": "--pipeline-parallel-size", "-q": "--quantization"}
-
-
 # ---- the key ---------------------------------------------------------------------------
-def parse_serve_args(args: Sequence[str]) -> tuple[str | None, list[tuple[str, str | None]]]:
-    """(model, [(flag, value or None)]) of ``vllm serve MODEL --flag value --switch ...``.
-
-    ``--flag=value`` is split; a flag followed by another flag (or nothing) is a switch.
-    """
-    words = list(args)
-    if words[:2] == ["vllm", "serve"]:
-        words = words[2:]
-    elif words[:1] == ["serve"]:
-        words = words[1:]
-    model = None
-    if words and not words[0].startswith("-"):
-        model, words = words[0], words[1:]
-    flags: list[tuple[str, str | None]] = []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if not word.startswith("-"):
-            raise ValueError(f"unexpected argument {word!r} in vllm serve arguments")
-        if "=" in word and word.startswith("--"):
-            flag, value = word.split("=", 1)
-            flags.append((flag, value))
-            index += 1
-        elif index + 1 < len(words) and not _is_flag(words[index + 1]):
-            flags.append((word, words[index + 1]))
-            index += 2
-        else:
-            flags.append((word, None))
-            index += 1
-    return model, flags
-
-
-def _is_flag(word: str) -> bool:
-    """A flag, not a negative number or JSON value."""
-    return word.startswith("-") and len(word) > 1 and not word[1].isdigit() and word[1] != "."
-
-
-def _canonical(flag: str, value: str | None) -> Any:
-    if value is not None and flag in JSON_FLAGS:
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def graph_args(args: Sequence[str]) -> dict[str, Any]:
-    """The serve arguments that enter vLLM's compile hash, spelling-independent: flag order,
-    aliases, ``--flag=value`` and JSON key order do not matter. The model is ``model``."""
-    model, flags = parse_serve_args(args)
-    result: dict[str, Any] = {"model": model}
-    for flag, value in flags:
-        flag = ALIASES.get(flag, flag)
-        if flag in NEUTRAL_FLAGS:
-            continue
-        result[flag] = _canonical(flag, value)
+def graph_args(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The serving's flags that enter vLLM's compile hash, by name (flag order and spelling
+    do not matter: the serving holds them normalised, JSON values as dicts). The model is
+    ``model``."""
+    result: dict[str, Any] = {"model": spec["model"]}
+    for flag, value in serving.engine_flags(spec):
+        if flag not in NEUTRAL_FLAGS:
+            result[flag] = value
     return result
 
 
-def key_factors(device_class: str, image: str, image_digest: str | None, args: Sequence[str]) -> dict[str, Any]:
+def key_factors(device_class: str, image: str, image_digest: str | None, spec: Mapping[str, Any]) -> dict[str, Any]:
     """What a key stands for (written to the store's key.json and each entry's marker)."""
     return {
         "version": KEY_VERSION,
         "device_class": device_class,
         # The digest names the bytes; a tag may move, so it is used only when no digest is pinned.
         "image": image_digest or image,
-        "args": graph_args(args),
+        "args": graph_args(spec),
     }
 
 
-def cache_key(device_class: str, image: str, image_digest: str | None, args: Sequence[str]) -> str:
+def cache_key(device_class: str, image: str, image_digest: str | None, spec: Mapping[str, Any]) -> str:
     """``<device_class>-<12 hex>``: readable, and a safe directory name."""
-    factors = key_factors(device_class, image, image_digest, args)
+    factors = key_factors(device_class, image, image_digest, spec)
     canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))
     return f"{device_class}-{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
 
 
 def plan_key(plan: Mapping[str, Any]) -> str | None:
-    """The key of a unit's serving plan (its speculative ``args``), None when refused."""
-    if plan.get("refused") or not plan.get("image") or not plan.get("args"):
+    """The key of a unit's serving plan (its speculative serving), None when refused."""
+    if plan.get("refused") or not plan.get("image") or not plan.get("serving"):
         return None
-    return cache_key(plan["device_class"], plan["image"], plan.get("image_digest"), plan["args"])
+    return cache_key(plan["device_class"], plan["image"], plan.get("image_digest"), plan["serving"])
 
 
 def plan_factors(plan: Mapping[str, Any]) -> dict[str, Any] | None:
     if plan_key(plan) is None:
         return None
-    return key_factors(plan["device_class"], plan["image"], plan.get("image_digest"), plan["args"])
+    return key_factors(plan["device_class"], plan["image"], plan.get("image_digest"), plan["serving"])
 
 
 # ---- grouping and the golden unit ------------------------------------------------------

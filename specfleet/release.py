@@ -3,47 +3,24 @@ decisions already taken for each candidate configuration.
 
 Pure functions over plain dicts; the rollout reads the record from the unit, updates it
 here (through a filter) and writes it back atomically. Secrets never enter the record:
-a serving spec carries the *names* of its secret variables, and the playbook supplies the
-values from Vault or the environment at launch.
+a serving (specfleet.serving) carries the *names* of its secret variables, and the playbook
+supplies the values from Vault or the environment at launch.
+
+Version 2 stores servings as structures; a version-1 record (servings as command lines) is
+read into version 2, so a unit keeps its known-good serving and the decisions taken for it.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
-RECORD_VERSION = 1
-SPEC_KEYS = ("kind", "image", "args", "env", "mounts", "secret_env_names")
+from specfleet import serving as serving_module
 
-
-def serving_spec(kind: str, image: str, args: list[str], env: Mapping[str, str], mounts: list[str],
-                 secret_env_names: list[str], files: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A serving as the unit runs it. ``files`` maps a path inside the container to the text
-    the engine reads there (trtllm-serve's options YAML); vLLM servings have none."""
-    spec = {
-        "kind": kind,
-        "image": image,
-        "args": list(args),
-        "env": dict(sorted(env.items())),
-        "mounts": list(mounts),
-        "secret_env_names": sorted(secret_env_names),
-    }
-    if files:
-        spec["files"] = dict(sorted(files.items()))
-    spec["spec_id"] = spec_id(spec)
-    return spec
-
-
-def spec_id(spec: Mapping[str, Any]) -> str:
-    """Identity of a serving, independent of when it was recorded. Files count only when
-    there are some, so a serving without files keeps the id it was recorded under."""
-    identity = {k: spec[k] for k in SPEC_KEYS}
-    if spec.get("files"):
-        identity["files"] = spec["files"]
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+RECORD_VERSION = 2
+READ_VERSIONS = (1, RECORD_VERSION)
 
 
 def empty() -> dict[str, Any]:
@@ -59,7 +36,29 @@ def parse(text: str | None) -> dict[str, Any]:
         record = json.loads(text)
     except ValueError:
         return empty()
-    return record if isinstance(record, dict) and record.get("version") == RECORD_VERSION else empty()
+    if not isinstance(record, dict):
+        return empty()
+    if record.get("version") == 1:
+        return _from_version_1(record)
+    return record if record.get("version") == RECORD_VERSION else empty()
+
+
+def _from_version_1(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 record with its servings read from their command lines. Ids are kept:
+    a serving's id is what it runs, and it renders back to the same command line."""
+    updated = {**copy.deepcopy(dict(record)), "version": RECORD_VERSION}
+    for slot in ("current", "known_good"):
+        old = record.get(slot)
+        if not old:
+            continue
+        try:
+            spec = serving_module.from_argv(old["kind"], old["image"], old["args"], old.get("files"))
+        except (KeyError, TypeError, ValueError):
+            updated[slot] = None  # unreadable: no known-good rather than a wrong one
+            continue
+        updated[slot] = serving_module.for_unit(spec, old.get("env") or {}, old.get("mounts") or [],
+                                                old.get("secret_env_names") or [])
+    return updated
 
 
 def serving(record: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from specfleet import plan_trtllm
+from specfleet import serving
 
 
 def plan_table(plans: Sequence[dict]) -> Table:
@@ -18,20 +18,21 @@ def plan_table(plans: Sequence[dict]) -> Table:
         table.add_column(column, overflow="fold")
     for plan in plans:
         spec = plan["speculative"] or {}
+        speculation = serving.speculation(plan["speculative"] and plan["serving"])
         trtllm = plan.get("backend") == "trtllm"
         if plan["refused"]:
             method = "[red]REFUSED[/red]"
         elif trtllm:
-            method = f"{plan.get('spec_method') or 'none'} (trtllm {spec.get('decoding_type', '-')})"
+            method = f"{speculation['method'] or 'none'} (trtllm {spec.get('decoding_type', '-')})"
         else:
-            method = spec.get("method", "none")
+            method = speculation["method"] or "none"
         util = plan["gpu_memory_utilization"]
         # TensorRT-LLM has no utilisation cap: show its KV share of the memory left after weights.
         kv_fraction = plan.get("kv_cache_free_gpu_memory_fraction")
         shown_util = f"kv {kv_fraction:.2f}" if trtllm and kv_fraction is not None else (
             f"{util:.2f}" if util is not None else "-"
         )
-        tokens = spec.get("max_draft_len", "-") if trtllm else spec.get("num_speculative_tokens", "-")
+        tokens = speculation["num_speculative_tokens"] or "-"
         table.add_row(
             plan["host"],
             plan["device_class"],
@@ -57,16 +58,14 @@ def trtllm_details(plans: Sequence[dict]) -> str:
         if plan.get("backend") != "trtllm" or plan["refused"]:
             continue
         lines = [f"# {plan['host']}: {plan['device_class']}, {plan['image']}"]
-        variants = [("speculative", "args", "extra_llm_api_options", "extra_llm_api_options_path")]
-        if plan["args"] != plan["baseline_args"]:
-            variants.append(("baseline", "baseline_args", "baseline_extra_llm_api_options",
-                             "baseline_extra_llm_api_options_path"))
-        else:
-            variants = [("baseline only", "args", "extra_llm_api_options", "extra_llm_api_options_path")]
-        for label, args_key, options_key, path_key in variants:
-            lines.append(f"## {label}: {shlex.join(plan[args_key])}")
-            lines.append(f"# {plan[path_key]}")
-            lines.append(plan_trtllm.options_yaml(plan[options_key]).rstrip())
+        variants = [("speculative", plan["serving"]), ("baseline", plan["baseline_serving"])]
+        if not plan["speculative"]:
+            variants = [("baseline only", plan["baseline_serving"])]
+        for label, spec in variants:
+            lines.append(f"## {label}: {shlex.join(serving.argv(spec))}")
+            for path, text in serving.files(spec).items():
+                lines.append(f"# {path}")
+                lines.append(text.rstrip())
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -82,14 +81,14 @@ def plan_summary_lines(plans: Sequence[dict]) -> list[str]:
     a wide table would be folded."""
     lines = []
     for plan in plans:
-        spec = plan["speculative"] or {}
         if plan["refused"]:
-            serving = "REFUSED"
+            shown = "REFUSED"
         else:
-            method = spec.get("method", "baseline only")
-            tokens = f" k={spec['num_speculative_tokens']}" if spec else ""
-            serving = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {plan['image']}"
-        lines.append(f"{plan['host']}: {plan['device_class']} L4T {plan.get('l4t') or '-'}: {serving}")
+            speculation = serving.speculation(plan["speculative"] and plan["serving"])
+            method = speculation["method"] or "baseline only"
+            tokens = f" k={speculation['num_speculative_tokens']}" if speculation["method"] else ""
+            shown = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {plan['image']}"
+        lines.append(f"{plan['host']}: {plan['device_class']} L4T {plan.get('l4t') or '-'}: {shown}")
         lines.extend(f"    - {reason}" for reason in plan["reasons"])
     return lines
 

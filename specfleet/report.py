@@ -11,18 +11,32 @@ import csv
 import html
 import io
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 DECISIONS = ("kept", "reverted", "failed")
-PRIMARY_WORKLOAD = "code_edit"
 CSV_COLUMNS = (
     "host", "device_class", "decision", "method", "num_speculative_tokens", "serving",
-    "speedup_c1", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
+    "workload", "speedup_c1", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
     "acceptance_rate", "mean_acceptance_length", "reasons",
 )
+
+
+RUNS_ENV = "SPECFLEET_RUNS_DIR"
+
+
+def runs_root() -> Path:
+    """Where rollout runs are kept: ``$SPECFLEET_RUNS_DIR``, else ``runs/`` in the working
+    directory (the checkout, or wherever an installed collection's playbook is run from)."""
+    return Path(os.environ.get(RUNS_ENV) or "runs").absolute()
+
+
+def run_folder(run_id: str) -> Path:
+    """One run's folder: ``units/<host>.json`` written by the rollout, the report beside them."""
+    return runs_root() / run_id
 
 
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
@@ -35,26 +49,29 @@ def latest_run(runs_dir: Path) -> Path | None:
     return runs[-1] if runs else None
 
 
-def _cell(bench: Mapping | None, workload: str, concurrency: str) -> Mapping:
-    return (((bench or {}).get("results") or {}).get(workload) or {}).get(concurrency) or {}
+def gated(record: Mapping) -> tuple[str | None, Mapping]:
+    """(workload, the gate's own figures for it) of the first workload the unit was gated on
+    (specfleet.gate.decide), or (None, {}) for a unit the gate did not judge."""
+    for workload, figures in (record.get("figures") or {}).items():
+        if isinstance(figures, Mapping):
+            return workload, figures
+    return None, {}
 
 
-def _throughput(bench: Mapping | None, workload: str, concurrency: str) -> float | None:
-    return (_cell(bench, workload, concurrency).get("throughput_tok_s") or {}).get("median")
+def speedup(record: Mapping, concurrency: str = "c1") -> float | None:
+    """Throughput with speculation over without, as the gate measured it (medians)."""
+    key = "throughput_gain_c1" if concurrency == "c1" else "throughput_change_c8"
+    change = (gated(record)[1].get(key) or {}).get("value")
+    return round(1.0 + change, 3) if change is not None else None
 
 
-def _tpot_p50(bench: Mapping | None, workload: str, concurrency: str = "c1") -> float | None:
-    return (_cell(bench, workload, concurrency).get("tpot_ms") or {}).get("p50")
+def tpot_p50(record: Mapping, side: str) -> float | None:
+    """TPOT p50 at c=1 in ms of ``side`` (baseline or candidate), as the gate read it."""
+    return (gated(record)[1].get("tpot_drop_c1") or {}).get(side)
 
 
-def speedup(record: Mapping, workload: str = PRIMARY_WORKLOAD, concurrency: str = "c1") -> float | None:
-    base = _throughput(record.get("baseline"), workload, concurrency)
-    spec = _throughput(record.get("speculative"), workload, concurrency)
-    return round(spec / base, 3) if base and spec else None
-
-
-def acceptance(record: Mapping, workload: str = PRIMARY_WORKLOAD) -> Mapping | None:
-    return _cell(record.get("speculative"), workload, "c1").get("acceptance")
+def acceptance(record: Mapping) -> Mapping | None:
+    return gated(record)[1].get("acceptance_c1")
 
 
 def row(record: Mapping) -> dict[str, Any]:
@@ -66,9 +83,10 @@ def row(record: Mapping) -> dict[str, Any]:
         "method": record.get("method"),
         "num_speculative_tokens": record.get("num_speculative_tokens"),
         "serving": record.get("serving"),
+        "workload": gated(record)[0],
         "speedup_c1": speedup(record),
-        "tpot_p50_baseline_ms": _tpot_p50(record.get("baseline"), PRIMARY_WORKLOAD),
-        "tpot_p50_speculative_ms": _tpot_p50(record.get("speculative"), PRIMARY_WORKLOAD),
+        "tpot_p50_baseline_ms": tpot_p50(record, "baseline"),
+        "tpot_p50_speculative_ms": tpot_p50(record, "candidate"),
         "speedup_c8": speedup(record, concurrency="c8"),
         "acceptance_rate": accepted.get("rate"),
         "mean_acceptance_length": accepted.get("mean_length"),
@@ -178,9 +196,10 @@ def _bar_chart(title: str, items: Sequence[tuple[str, float | None, str]], refer
 def _acceptance_chart(records: Sequence[Mapping]) -> str:
     width, height, left, bottom = 640, 240, 40, 200
     series = [(r["host"], (acceptance(r) or {}).get("per_position")) for r in records]
+    workload = _shown_workload(records)
     series = [(host, values) for host, values in series if values]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
-             '<text x="4" y="16" font-weight="bold">Acceptance per draft position (code edit, c=1)</text>',
+             f'<text x="4" y="16" font-weight="bold">Acceptance per draft position ({workload}, c=1)</text>',
              f'<line x1="{left}" y1="{bottom}" x2="{width - 10}" y2="{bottom}" stroke="#000"/>']
     if not series:
         parts.append(f'<text x="{left}" y="100" fill="#757575">no speculative server reported acceptance</text>')
@@ -195,14 +214,20 @@ def _acceptance_chart(records: Sequence[Mapping]) -> str:
     return "".join(parts)
 
 
+def _shown_workload(records: Sequence[Mapping]) -> str:
+    """The gated workload the charts show (the first one the gate judged)."""
+    names = {gated(record)[0] for record in records} - {None}
+    return ", ".join(sorted(names)) or "gated workload"
+
+
 def to_html(records: Sequence[Mapping], run_id: str) -> str:
     totals = summary(records)
+    workload = html.escape(_shown_workload(records))
     speedups = [(r["host"], speedup(r), COLOURS.get(r.get("decision"), COLOURS[None])) for r in records]
     tpot = []
     for r in records:
-        tpot.append((f"{r['host']} base", _tpot_p50(r.get("baseline"), PRIMARY_WORKLOAD), "#90a4ae"))
-        tpot.append((f"{r['host']} spec", _tpot_p50(r.get("speculative"), PRIMARY_WORKLOAD),
-                     COLOURS.get(r.get("decision"), COLOURS[None])))
+        tpot.append((f"{r['host']} base", tpot_p50(r, "baseline"), "#90a4ae"))
+        tpot.append((f"{r['host']} spec", tpot_p50(r, "candidate"), COLOURS.get(r.get("decision"), COLOURS[None])))
     table_rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_fmt(value))}</td>" for value in row(r).values()) + "</tr>"
         for r in records
@@ -216,8 +241,8 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}
 <h1>specfleet rollout {html.escape(run_id)}</h1>
 <p>{totals['units']} units: <b class="kept">{totals['kept']} kept</b>, {totals['reverted']} reverted,
 <b class="failed">{totals['failed']} failed</b>.</p>
-{_bar_chart("Speedup at concurrency 1 (code edit; dashed line = 1.0)", speedups, reference=1.0)}
-{_bar_chart("TPOT p50, baseline vs speculative (ms, code edit, c=1)", tpot)}
+{_bar_chart(f"Speedup at concurrency 1 ({workload}; dashed line = 1.0)", speedups, reference=1.0)}
+{_bar_chart(f"TPOT p50, baseline vs speculative (ms, {workload}, c=1)", tpot)}
 {_acceptance_chart(records)}
 <h2>Units</h2>
 <table><tr>{"".join(f"<th>{c}</th>" for c in CSV_COLUMNS)}</tr>{table_rows}</table>

@@ -6,30 +6,38 @@ runs folder is from another machine or another day. The rollout keeps the last b
 candidate inside the record (``decisions``); the per-run outcome files are written on the
 controller, not on the unit, so they are not read here.
 
-Pure functions turn what was read into one row per unit; ``read_fleet`` is the only I/O
-(paramiko, one connection per unit, in a thread pool, each bounded by a timeout).
+Units are reached the way the playbooks reach them: ``read_fleet`` runs ``ansible`` ad hoc
+once for the whole fleet (the raw module, one SSH exec per unit, no Python needed on it),
+from the current directory and with the caller's environment, so the inventory's connection
+variables, ~/.ssh/config (ProxyJump ...), become and vault passwords and ansible.cfg all
+apply. Ansible's JSON answer (the ansible.posix.json callback) is turned into one
+``UnitRead`` per unit by pure functions, and those into one row per unit. ``inventory_hosts``
+lists the hosts (no connection) to check the inventory and give each row its address.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
-import socket
+import shutil
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from specfleet import plan_trtllm
 from specfleet import release as release_module
 from specfleet import report as report_module
+from specfleet import serving
 
 # Where the rollout leaves things on a unit (playbooks/rollout.yml, roles/specfleet_serve).
 RELEASE_FILE = "/var/lib/specfleet/release.json"
@@ -37,7 +45,10 @@ CONTAINER_NAME = "specfleet-vllm"
 HASH_LABEL = "org.specfleet.config-hash"  # plugins/modules/vllm_container.py
 SECTIONS = ("release", "container")
 DEFAULT_TIMEOUT = 10.0
-MAX_WORKERS = 32
+MAX_FORKS = 32
+# Seconds for Ansible to start (and for a person to answer its password prompt, if any).
+STARTUP_ALLOWANCE = 60.0
+MESSAGE_LIMIT = 300
 
 
 # --------------------------------------------------------------------------- what is read
@@ -61,21 +72,6 @@ class UnitRead:
     error: str | None = None
     sections: Mapping[str, Section] = field(default_factory=dict)
     seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """How to reach a unit, from its inventory variables."""
-
-    host: str
-    address: str
-    port: int = 22
-    user: str | None = None
-    key_file: str | None = None
-    # False when the inventory says StrictHostKeyChecking=no (the lab): unknown keys are
-    # accepted for this connection only. Nothing is ever written to a known_hosts file.
-    strict_host_key: bool = True
-    known_hosts_file: str | None = "~/.ssh/known_hosts"
 
 
 # --------------------------------------------------------------------------- remote command
@@ -133,37 +129,19 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line[:limit] or "no output"
 
 
-def speculative_of(args: Any) -> dict[str, Any] | None:
-    """The ``--speculative-config`` of a ``vllm serve`` command line, or None (baseline)."""
-    if not isinstance(args, list):
-        return None
-    for index, arg in enumerate(args):
-        text = None
-        if arg == "--speculative-config" and index + 1 < len(args):
-            text = args[index + 1]
-        elif isinstance(arg, str) and arg.startswith("--speculative-config="):
-            text = arg.split("=", 1)[1]
-        if text is not None:
-            try:
-                config = json.loads(text)
-            except (TypeError, ValueError):
-                return {"method": "unparsed"}
-            return config if isinstance(config, dict) else {"method": "unparsed"}
-    return None
-
-
 def spec_summary(spec: Any) -> dict[str, Any] | None:
-    """The short form of a serving spec a person compares: id, kind, method, k, image."""
+    """The short form of a serving a person compares: id, kind, method, k, image."""
     if not isinstance(spec, Mapping):
         return None
-    args = spec.get("args") if isinstance(spec.get("args"), list) else []
-    files = spec.get("files") if isinstance(spec.get("files"), Mapping) else {}
-    speculative = speculative_of(args) or plan_trtllm.speculation_in_files(args, files) or {}
+    try:
+        speculation = serving.speculation(spec)
+    except (AttributeError, TypeError):
+        speculation = {"method": "unparsed", "num_speculative_tokens": None}
     return {
         "spec_id": spec.get("spec_id"),
         "kind": spec.get("kind"),
-        "method": speculative.get("method"),
-        "num_speculative_tokens": speculative.get("num_speculative_tokens"),
+        "method": speculation["method"],
+        "num_speculative_tokens": speculation["num_speculative_tokens"],
         "image": spec.get("image"),
     }
 
@@ -186,16 +164,16 @@ def read_release(section: Section | None) -> tuple[dict[str, Any] | None, str, s
         return None, "malformed", f"{RELEASE_FILE}: not valid JSON ({exc})"
     if not isinstance(record, dict):
         return None, "malformed", f"{RELEASE_FILE}: not a JSON object"
-    if record.get("version") != release_module.RECORD_VERSION:
+    if record.get("version") not in release_module.READ_VERSIONS:
         return (
             None,
             "malformed",
             (
                 f"{RELEASE_FILE}: record version {record.get('version')!r}, "
-                f"this specfleet reads version {release_module.RECORD_VERSION}"
+                f"this specfleet reads versions {', '.join(map(str, release_module.READ_VERSIONS))}"
             ),
         )
-    return record, "present", None
+    return release_module.parse(section.text), "present", None
 
 
 def read_container(section: Section | None) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -245,7 +223,12 @@ def container_serving(container: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _same_serving(spec: Any, running: Mapping[str, Any]) -> bool:
-    return isinstance(spec, Mapping) and spec.get("image") == running["image"] and spec.get("args") == running["args"]
+    if not isinstance(spec, Mapping) or spec.get("image") != running["image"]:
+        return False
+    try:
+        return serving.argv(spec) == running["args"]
+    except (KeyError, TypeError, AttributeError):
+        return False
 
 
 def identify_current(
@@ -264,12 +247,17 @@ def identify_current(
     known_good = _mapping(record).get("known_good") if record else None
     if _same_serving(known_good, running):
         return spec_summary(known_good), False, "the container serves the known-good spec, the record's current differs"
-    speculative = speculative_of(running["args"]) or {}
+    # A container the record does not name: read what it runs from its command line, as a
+    # version-1 record would have stored it.
+    try:
+        speculation = serving.speculation(serving.from_argv("speculative", running["image"], running["args"]))
+    except (ValueError, TypeError):
+        speculation = {"method": "unparsed", "num_speculative_tokens": None}
     unnamed = {
         "spec_id": None,
-        "kind": "speculative" if speculative else "baseline",
-        "method": speculative.get("method"),
-        "num_speculative_tokens": speculative.get("num_speculative_tokens"),
+        "kind": "speculative" if speculation["method"] else "baseline",
+        "method": speculation["method"],
+        "num_speculative_tokens": speculation["num_speculative_tokens"],
         "image": running["image"],
     }
     problem = "the serving container matches no spec in the release record (started by hand?)" if record else None
@@ -368,175 +356,241 @@ def exit_code(rows: Sequence[Mapping[str, Any]]) -> int:
     return 0 if all(row["reachable"] for row in rows) else 1
 
 
-def describe_error(exc: BaseException, target: Target, timeout: float) -> str:
-    """A one-line reason a unit could not be read, for people (never a traceback)."""
-    import paramiko
-
-    where = f"{target.user + '@' if target.user else ''}{target.address}:{target.port}"
-    if isinstance(exc, paramiko.BadHostKeyException):
-        return f"{where}: host key differs from {target.known_hosts_file} (unit recreated? remove the old entry)"
-    if isinstance(exc, paramiko.AuthenticationException):
-        key = f" with key {target.key_file}" if target.key_file else ""
-        return f"{where}: authentication failed{key}"
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        refused = any(isinstance(error, ConnectionRefusedError) for error in exc.errors.values())
-        return f"{where}: connection refused" if refused else f"{where}: cannot connect ({exc})"
-    if isinstance(exc, socket.timeout | TimeoutError):
-        return f"{where}: no answer within {timeout:g} s"
-    if isinstance(exc, FileNotFoundError) and target.key_file and exc.filename == os.path.expanduser(target.key_file):
-        return f"{where}: key file {target.key_file} not found"
-    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-        return f"{where}: host key unknown (not in {target.known_hosts_file}; StrictHostKeyChecking is on)"
-    if isinstance(exc, paramiko.SSHException | OSError):
-        return f"{where}: {exc or type(exc).__name__}"
-    return f"{where}: {type(exc).__name__}: {exc}"
-
-
 # --------------------------------------------------------------------------- inventory
 
 
-def _ssh_options(common_args: str) -> dict[str, str]:
-    """``-o Key=Value`` options of ansible_ssh_common_args / extra_args, keys lower-cased."""
+def _address(host: Any) -> str:
+    """The address the inventory gives a host (ansible_host), else its name. Only the
+    inventory's own variables are read (no group_vars files, nothing from a vault), so
+    listing never needs a secret; the address is for people, Ansible connects by itself."""
+    from ansible.inventory.helpers import get_group_vars
+    from ansible.utils.vars import combine_vars
+
     try:
-        words = shlex.split(common_args)
-    except ValueError:
-        return {}
-    options: dict[str, str] = {}
-    for index, word in enumerate(words):
-        value = None
-        if word == "-o" and index + 1 < len(words):
-            value = words[index + 1]
-        elif word.startswith("-o") and len(word) > 2:
-            value = word[2:]
-        if value:
-            key, _, setting = value.replace(" ", "=", 1).partition("=")
-            options[key.strip().lower()] = setting.strip()
-    return options
+        variables = combine_vars(get_group_vars(host.get_groups()), host.get_vars())
+        for name in ("ansible_host", "ansible_ssh_host"):
+            value = variables.get(name)
+            # A vaulted value is no str; a template is resolved only by Ansible.
+            if isinstance(value, str) and value and "{{" not in value:
+                return str(value)
+    except Exception:  # noqa: BLE001 - an odd variable only costs the address column
+        pass
+    return str(host.name)
 
 
-def target_for(host: str, variables: Mapping[str, Any], host_key_checking: bool = True) -> Target:
-    """How to reach a host, read the way Ansible's ssh connection reads its variables."""
-    options = _ssh_options(
-        " ".join(str(variables.get(name) or "") for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
-    )
-    strict = host_key_checking and options.get("stricthostkeychecking", "yes").lower() not in (
-        "no",
-        "off",
-        "accept-new",
-    )
-    known_hosts = options.get("userknownhostsfile", "~/.ssh/known_hosts")
-    key_file = variables.get("ansible_ssh_private_key_file") or variables.get("ansible_private_key_file")
-    try:
-        port = int(variables.get("ansible_port") or variables.get("ansible_ssh_port") or 22)
-    except (TypeError, ValueError):
-        port = 22
-    return Target(
-        host=host,
-        address=str(variables.get("ansible_host") or variables.get("ansible_ssh_host") or host),
-        port=port,
-        user=str(variables.get("ansible_user") or variables.get("ansible_ssh_user") or "") or None,
-        key_file=str(key_file) if key_file else None,
-        strict_host_key=strict,
-        known_hosts_file=None if known_hosts in ("/dev/null", "none") else known_hosts,
-    )
+def inventory_hosts(inventory_path: str, limit: str | None = None) -> dict[str, str]:
+    """Host name -> address of every host of an inventory (or those an Ansible ``--limit``
+    leaves), sorted by name. Raises what Ansible raises for an inventory it cannot parse
+    (ansible.cfg's ``unparsed_is_failed`` applies, read from the current directory)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
 
-
-def inventory_targets(inventory_path: str, limit: str | None = None) -> list[Target]:
-    """Targets of every host in an inventory (or those matching an Ansible ``--limit``)."""
-    from ansible import constants as ansible_constants
-
-    from specfleet import inventory as inventory_module
-
-    variables = inventory_module.host_variables(inventory_path)
+    inventory = InventoryManager(loader=DataLoader(), sources=[inventory_path])
     if limit:
-        from ansible.inventory.manager import InventoryManager
-        from ansible.parsing.dataloader import DataLoader
+        inventory.subset(limit)
+    hosts = sorted(inventory.get_hosts("all"), key=lambda host: host.name)
+    return {host.name: _address(host) for host in hosts}
 
-        matching = {
-            host.name for host in InventoryManager(loader=DataLoader(), sources=[inventory_path]).list_hosts(limit)
-        }
-        variables = {host: value for host, value in variables.items() if host in matching}
-    checking = bool(ansible_constants.HOST_KEY_CHECKING)  # ansible.cfg / ANSIBLE_HOST_KEY_CHECKING
-    return [target_for(host, host_vars, checking) for host, host_vars in variables.items()]
+
+# --------------------------------------------------------------------------- Ansible's answer
+
+
+class AnsibleRunError(RuntimeError):
+    """Ansible ran but reported nothing for any host (bad option, vault, crash)."""
+
+
+def forks_for(hosts: int) -> int:
+    return max(1, min(MAX_FORKS, hosts))
+
+
+def task_timeout(timeout: float) -> int:
+    """Seconds for one unit's whole task (connect, authenticate, become, run): the connection
+    gets ``timeout`` (``-T``), the command as long again."""
+    return max(2, math.ceil(2 * timeout))
+
+
+def run_timeout(timeout: float, hosts: int) -> float:
+    """The bound of the whole ``ansible`` run: Ansible's start (and a password prompt, if the
+    configuration asks for one) plus one task timeout per batch of forks."""
+    return STARTUP_ALLOWANCE + math.ceil(hosts / forks_for(hosts)) * (task_timeout(timeout) + 5)
+
+
+def ansible_argv(
+    inventory_path: str, limit: str | None, command: str, timeout: float, hosts: int, executable: str = "ansible"
+) -> list[str]:
+    """``ansible`` ad hoc: the raw module runs ``command`` through the unit's shell in one SSH
+    exec, with no Python or module upload on the unit."""
+    argv = [executable, "all", "-i", inventory_path]
+    if limit:
+        argv += ["--limit", limit]
+    return argv + [
+        "-m", "ansible.builtin.raw",
+        "-a", command,
+        "-T", str(max(1, math.ceil(timeout))),
+        "--task-timeout", str(task_timeout(timeout)),
+        "--forks", str(forks_for(hosts)),
+    ]
+
+
+# Results as JSON on stdout, whatever ansible.cfg's stdout_callback says.
+ANSIBLE_ENV = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
+
+
+def ansible_document(stdout: str) -> dict[str, Any] | None:
+    """The ansible.posix.json document in ``stdout``. Other callbacks ansible.cfg enables may
+    print around it (ansible.posix.timer prints after it), so it is found, not assumed."""
+    decoder = json.JSONDecoder()
+    for found in re.finditer(r"^\{", stdout, re.MULTILINE):
+        try:
+            document, _end = decoder.raw_decode(stdout, found.start())
+        except ValueError:
+            continue
+        if isinstance(document, dict) and "plays" in document:
+            return document
+    return None
+
+
+def host_results(document: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Host -> its result of the (one) ad hoc task."""
+    results: dict[str, Mapping[str, Any]] = {}
+    for play in document.get("plays") or []:
+        for task in _mapping(play).get("tasks") or []:
+            for host, result in _mapping(_mapping(task).get("hosts")).items():
+                results[str(host)] = _mapping(result)
+    return results
+
+
+_NOISE = re.compile(r"^(Warning: Permanently added |@+$|@ |>>> |\(traceback unavailable\))")
+
+
+def _message_lines(result: Mapping[str, Any]) -> list[str]:
+    text = str(result.get("msg") or "")
+    text = re.sub(r"^Task failed: ", "", text)
+    text = re.sub(r"^Failed to connect to the host via \w+: ", "", text)
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines()]
+    return [line for line in lines if line and not _NOISE.match(line)]
+
+
+def _line_with(lines: Sequence[str], *needles: str) -> str | None:
+    return next((line for line in lines if any(needle.lower() in line.lower() for needle in needles)), None)
+
+
+def describe_failure(result: Mapping[str, Any]) -> str:
+    """One line for a host Ansible reported unreachable or failed: the kind of failure (host
+    key changed, host key unknown, authentication failed, become failed, address not resolved,
+    connection refused, timeout, command failed), then Ansible's own most telling line.
+    Never a traceback: Ansible's ``exception`` field is not read."""
+    lines = _message_lines(result)
+    lowered = str(result.get("msg") or "").lower()
+    if "remote host identification has changed" in lowered or "has changed and you have requested strict" in lowered:
+        kind = "host key changed"
+        detail = _line_with(lines, "Offending") or _line_with(lines, "has changed") or "Host key verification failed."
+        remove = _line_with(lines, "ssh-keygen")
+        detail += f" (unit recreated? {remove})" if remove else ""
+    elif "host key verification failed" in lowered:
+        kind, detail = "host key unknown", _line_with(lines, "host key is known", "Host key verification")
+    elif "permission denied" in lowered and result.get("unreachable"):
+        kind, detail = "authentication failed", _line_with(lines, "Permission denied")
+    elif any(word in lowered for word in ("become", "sudo password", "privilege escalation", "incorrect su")):
+        # The become tool's own words (sudo: a password is required) come last.
+        kind, detail = "become failed", lines[-1] if lines else None
+    elif "could not resolve hostname" in lowered:
+        kind, detail = "address not resolved", _line_with(lines, "Could not resolve")
+    elif "connection refused" in lowered:
+        kind, detail = "connection refused", _line_with(lines, "Connection refused")
+    elif "timed out" in lowered or result.get("timedout"):
+        kind, detail = "timeout", _line_with(lines, "timed out")
+    elif result.get("rc") not in (None, 0):
+        kind = f"command failed (rc {result.get('rc')})"
+        output = f"{result.get('stderr') or ''}\n{result.get('stdout') or ''}"
+        detail = _first_line(output.replace("\r", "")) if output.strip() else None
+    elif result.get("unreachable"):
+        kind, detail = "unreachable", lines[0] if lines else None
+    else:
+        kind, detail = "failed", lines[0] if lines else None
+    return f"{kind}: {detail or 'no message'}"[:MESSAGE_LIMIT]
+
+
+def reads_from_ansible(
+    document: Mapping[str, Any], nonce: str, addresses: Mapping[str, str], seconds: float | None = None
+) -> list[UnitRead]:
+    """One UnitRead per host, in ``addresses``' order (then any host only Ansible named):
+    stdout of a successful run parsed into sections, anything else an ``error``. ``seconds``
+    is the one Ansible run's time, the same for every unit."""
+    results = host_results(document)
+    reads: list[UnitRead] = []
+    for host in [*addresses, *(host for host in results if host not in addresses)]:
+        address = addresses.get(host, host)
+        result = results.get(host)
+        if result is None:
+            reads.append(UnitRead(host, address, error="no result: Ansible did not report this host", seconds=seconds))
+        elif result.get("unreachable") or result.get("failed") or result.get("skipped") or "stdout" not in result:
+            reads.append(UnitRead(host, address, error=describe_failure(result), seconds=seconds))
+        else:
+            sections = parse_sections(str(result.get("stdout") or ""), nonce)
+            reads.append(UnitRead(host, address, sections=sections, seconds=seconds))
+    return reads
+
+
+def _ansible_error(stderr: str, returncode: int) -> str:
+    """Ansible's own error line(s) from its stderr (``[ERROR]: ...``), else its last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("[ERROR]", "ERROR!"))]
+    return " ".join(errors[:2]) or (lines[-1] if lines else f"ansible exited {returncode} and printed nothing")
 
 
 # --------------------------------------------------------------------------- I/O
 
 
-def read_unit(target: Target, timeout: float = DEFAULT_TIMEOUT) -> UnitRead:
-    """Connect, run the one command, disconnect. Bounded: ``timeout`` for connecting and
-    authenticating, and whatever is left of it (at least 1 s) for the command."""
-    import paramiko
+def ansible_executable() -> str:
+    """The ``ansible`` of this Python's environment, else the one on PATH."""
+    beside = Path(sys.executable).with_name("ansible")
+    return str(beside) if beside.exists() else (shutil.which("ansible") or "ansible")
 
-    class _AcceptForThisConnection(paramiko.MissingHostKeyPolicy):
-        # The inventory turned checking off: accept the key in memory only, never save it.
-        def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-            return None
 
-    started = time.monotonic()
-    nonce = uuid.uuid4().hex
-    client = paramiko.SSHClient()
-    try:
-        if target.known_hosts_file:
-            path = os.path.expanduser(target.known_hosts_file)
-            if os.path.exists(path):
-                # "System" host keys are only read, never saved back (paramiko saves only
-                # the keys loaded with load_host_keys).
-                client.load_system_host_keys(path)
-        client.set_missing_host_key_policy(
-            paramiko.RejectPolicy() if target.strict_host_key else _AcceptForThisConnection()
-        )
-        key_file = os.path.expanduser(target.key_file) if target.key_file else None
-        if key_file and not os.path.exists(key_file):
-            raise FileNotFoundError(2, "No such file", key_file)
-        client.connect(
-            target.address,
-            port=target.port,
-            username=target.user,
-            key_filename=key_file,
-            # An inventory key means exactly that key (IdentitiesOnly), as Ansible does.
-            look_for_keys=key_file is None,
-            allow_agent=key_file is None,
-            timeout=timeout,
-            banner_timeout=timeout,
-            auth_timeout=timeout,
-            channel_timeout=timeout,
-        )
-        left = max(1.0, timeout - (time.monotonic() - started))
-        stdin, stdout, _stderr = client.exec_command(remote_command(nonce), timeout=left)
-        stdin.close()
-        output = stdout.read().decode("utf-8", errors="replace")
-        stdout.channel.recv_exit_status()
-        return UnitRead(
-            target.host, target.address, sections=parse_sections(output, nonce), seconds=time.monotonic() - started
-        )
-    except Exception as exc:  # noqa: BLE001 - any failure of one unit is that unit's row, not a crash
-        return UnitRead(
-            target.host, target.address, error=describe_error(exc, target, timeout), seconds=time.monotonic() - started
-        )
-    finally:
-        client.close()
+@dataclass(frozen=True)
+class FleetRead:
+    reads: list[UnitRead]
+    argv: list[str]
+    stderr: str
+    seconds: float
 
 
 def read_fleet(
-    targets: Iterable[Target],
+    inventory_path: str,
+    addresses: Mapping[str, str],
+    limit: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
-    on_done: Callable[[UnitRead], None] | None = None,
-    reader: Callable[[Target, float], UnitRead] = read_unit,
-) -> list[UnitRead]:
-    """Read every unit in parallel, one connection each; results in the targets' order."""
-    targets = list(targets)
-    if not targets:
-        return []
-    results: dict[str, UnitRead] = {}
-    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(targets))) as pool:
-        futures = {pool.submit(reader, target, timeout): target for target in targets}
-        for future in as_completed(futures):
-            result = future.result()
-            results[futures[future].host] = result
-            if on_done is not None:
-                on_done(result)
-    return [results[target.host] for target in targets]
+) -> FleetRead:
+    """Read every unit with ONE ``ansible`` ad hoc run of the raw module, from the current
+    directory (so its ansible.cfg applies) and with this process's environment and terminal
+    (so ~/.ssh/config, ProxyJump, become and vault passwords, and their prompts, are exactly
+    the playbooks'). ``addresses`` (from ``inventory_hosts``) orders the rows and sizes the
+    forks. Raises AnsibleRunError when Ansible reports no host at all."""
+    nonce = uuid.uuid4().hex
+    argv = ansible_argv(inventory_path, limit, remote_command(nonce), timeout, len(addresses), ansible_executable())
+    bound = run_timeout(timeout, len(addresses))
+    started = time.monotonic()
+    try:
+        # stdin stays this process's: Ansible prompts for a become or vault password on the
+        # terminal when its configuration asks for one.
+        done = subprocess.run(
+            argv, capture_output=True, text=True, errors="replace",
+            env={**os.environ, **ANSIBLE_ENV}, timeout=bound, check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        seconds = time.monotonic() - started
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        error = f"timeout: ansible did not finish within {bound:g} s"
+        reads = [UnitRead(host, address, error=error, seconds=seconds) for host, address in addresses.items()]
+        return FleetRead(reads, argv, stderr, seconds)
+    except OSError as exc:  # no ansible to run
+        raise AnsibleRunError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+    seconds = time.monotonic() - started
+    document = ansible_document(done.stdout)
+    if document is None or not host_results(document):
+        raise AnsibleRunError(_ansible_error(done.stderr, done.returncode))
+    return FleetRead(reads_from_ansible(document, nonce, addresses, seconds), argv, done.stderr, seconds)
 
 
 # --------------------------------------------------------------------------- rendering

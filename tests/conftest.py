@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from specfleet_unit import jetson_identity
+from ansible_collections.specfleet.fleet.plugins.module_utils import jetson_identity
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_UNITS = REPO / "tests" / "fixtures" / "units"
-
-# Modules import their shared code as ansible.module_utils.<name>, the way Ansible ships
-# it to the unit; in tests the same files are importable as specfleet_unit.<name>.
-for _name in ("jetson_identity", "store_manifest", "vllm_logs", "spec_bench_client", "spec_bench_prompts"):
-    sys.modules.setdefault(f"ansible.module_utils.{_name}", importlib.import_module(f"specfleet_unit.{_name}"))
 
 
 def load_module(name: str):
@@ -123,8 +116,8 @@ def fleet_lab():
     otherwise brings one up and takes it down at the end of the session."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces, its own dockerd)")
-    from specfleet.lab import lab
-    from specfleet.lab.config import LabConfig
+    from specfleet_lab import lab
+    from specfleet_lab.config import LabConfig
 
     cfg = LabConfig()
     started = lab.status(cfg)["lab"] == "down"

@@ -1,59 +1,24 @@
 # Copyright: specfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Inspect or fill the controller-side compile-cache store of one key."""
+"""Inspect or fill the controller-side compile-cache store of one key.
+
+Its documentation (options, return values) is the doc-only module plugins/modules/specfleet_compile_cache.py,
+where ansible-doc reads it.
+"""
 
 from __future__ import annotations
-
-DOCUMENTATION = r"""
----
-module: specfleet_compile_cache
-short_description: Inspect or fill the controller's compile-cache store of one key
-description:
-  - Runs on the controller only (the store is controller-side). The store of a key is
-    C(<store>/compile-cache/<key>/), laid out as a store for C(specfleet distribute)
-    (subdir C(torch_compile_cache), one entry per vLLM hash directory, manifests).
-  - O(state=inspect) reports whether the store is complete (key.json and every entry live
-    and matching its manifest). Read-only.
-  - O(state=collect) switches a golden unit's fetched cache root into the store (marker,
-    manifest and an atomic switch per entry, key.json last). Never leaves a store that
-    inspects as present unless it is complete.
-options:
-  store:
-    description: Controller store directory.
-    type: path
-    required: true
-  key:
-    description: Compile-cache key (specfleet_compile_cache_key filter).
-    type: str
-    required: true
-  state:
-    description: C(inspect) reads; C(collect) fills the store from O(fetched).
-    type: str
-    choices: [inspect, collect]
-    default: inspect
-  fetched:
-    description: The golden unit's cache root, fetched to the controller (collect).
-    type: path
-  record:
-    description: What to record in key.json (factors, golden unit, its startup seconds).
-    type: dict
-    default: {}
-  verify:
-    description: C(full) re-hashes every file of the store, C(quick) compares sizes.
-    type: str
-    choices: [quick, full]
-    default: full
-attributes:
-  check_mode: {support: full}
-  diff_mode: {support: none}
-  idempotent: {support: full}
-"""
 
 from pathlib import Path
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
-from specfleet import prewarm
+try:
+    from specfleet import prewarm
+except ImportError as exc:
+    SPECFLEET_IMPORT_ERROR: ImportError | None = exc
+else:
+    SPECFLEET_IMPORT_ERROR = None
 
 
 class ActionModule(ActionBase):
@@ -61,6 +26,7 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
+        require_specfleet(SPECFLEET_IMPORT_ERROR)
         result = super().run(tmp, task_vars)
         args = self._task.args
         state = args.get("state", "inspect")

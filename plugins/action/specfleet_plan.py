@@ -1,37 +1,24 @@
 # Copyright: specfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Compute a unit's serving plan on the controller from its gathered facts and policy."""
+"""Compute a unit's serving plan on the controller from its gathered facts and policy.
+
+Its documentation (options, return values) is the doc-only module plugins/modules/specfleet_plan.py,
+where ansible-doc reads it.
+"""
 
 from __future__ import annotations
 
-DOCUMENTATION = r"""
----
-module: specfleet_plan
-short_description: Decide what a unit should serve (image, speculative method, vLLM args)
-description:
-  - Runs on the controller only. Takes the unit's C(specfleet_unit) facts (from
-    M(jetson_facts)) and its resolved C(specfleet_policy) (from M(specfleet_preflight))
-    and sets the fact C(specfleet_plan).
-  - When the inventory declares C(specfleet_expected_facts), a unit whose device class
-    or L4T release differs fails here, before anything is changed on it.
-options:
-  facts:
-    description: The unit's facts; defaults to C(ansible_facts.specfleet_unit).
-    type: dict
-  policy:
-    description: The resolved policy; defaults to the fact C(specfleet_policy).
-    type: dict
-attributes:
-  check_mode: {support: full}
-  diff_mode: {support: none}
-  idempotent: {support: full}
-"""
-
 from ansible.plugins.action import ActionBase
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
-from specfleet.catalog import load_catalog
-from specfleet.inventory import EXPECTED_FACTS_VAR
-from specfleet.plan import expectation_mismatches, plan_unit
+try:
+    from specfleet.catalog import load_catalog
+    from specfleet.inventory import EXPECTED_FACTS_VAR
+    from specfleet.plan import expectation_mismatches, plan_unit
+except ImportError as exc:
+    SPECFLEET_IMPORT_ERROR: ImportError | None = exc
+else:
+    SPECFLEET_IMPORT_ERROR = None
 
 
 class ActionModule(ActionBase):
@@ -39,6 +26,7 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
+        require_specfleet(SPECFLEET_IMPORT_ERROR)
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", "?")

@@ -1,41 +1,38 @@
 # Copyright: specfleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Validate a host's specfleet_* policy variables on the controller, never touching the unit."""
+"""Validate a host's specfleet_* policy variables on the controller, never touching the unit.
+
+Its documentation (options, return values) is the doc-only module plugins/modules/specfleet_preflight.py,
+where ansible-doc reads it.
+"""
 
 from __future__ import annotations
 
-DOCUMENTATION = r"""
----
-module: specfleet_preflight
-short_description: Validate the specfleet_* variables of a host before any unit is touched
-description:
-  - Runs on the controller only (no connection to the unit). Merges the host's
-    C(specfleet_*) inventory variables over the shipped defaults and checks each one.
-  - Fails with one line per problem, naming the variable and the host.
-  - Returns the resolved policy as the fact C(specfleet_policy).
-options: {}
-attributes:
-  check_mode: {support: full}
-  diff_mode: {support: none}
-  idempotent: {support: full}
-"""
-
 from pathlib import Path
 
-from ansible import constants as C
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
-from specfleet import policy as policy_module
-from specfleet import role_args
-from specfleet.catalog import load_catalog
+try:
+    from specfleet import policy as policy_module
+    from specfleet import role_args
+    from specfleet.catalog import load_catalog
+except ImportError as exc:
+    SPECFLEET_IMPORT_ERROR: ImportError | None = exc
+else:
+    SPECFLEET_IMPORT_ERROR = None
 
+
+# The collection this plugin belongs to: plugins/action/<this file> -> the root.
+COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 
 class ActionModule(ActionBase):
     _requires_connection = False
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
+        require_specfleet(SPECFLEET_IMPORT_ERROR)
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", "?")
@@ -63,9 +60,8 @@ class ActionModule(ActionBase):
         return result
 
     def _role_variable_problems(self, task_vars: dict) -> list[str]:
-        # Ansible looks for roles beside the playbook first, then in roles_path.
-        roles_dirs = [Path(task_vars.get("playbook_dir", ".")) / "roles", *C.DEFAULT_ROLES_PATH]
-        specs = role_args.load_specs(roles_dirs)
+        # The roles are this collection's own (playbooks name them by FQCN), beside its plugins.
+        specs = role_args.load_specs([COLLECTION_ROOT / "roles"])
         values = {}
         for name in sorted(role_args.variable_names(specs) & set(task_vars)):
             try:

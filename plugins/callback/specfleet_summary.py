@@ -21,19 +21,26 @@ description:
   - A unit that failed without writing its own record (unreachable mid-rollout, or failed
     in prepare before the rollout reached it) gets one from the callback, naming the task
     and the error, so the report lists every unit the playbook touched.
-  - The runs folder is SPECFLEET_RUNS_DIR, else runs/ beside the playbooks folder.
+  - The run is the one the playbook names (the fact C(specfleet_run_id), set once per run by
+    the collection's facts play); its folder is C(SPECFLEET_RUNS_DIR)/<run id>, else
+    C(runs/)<run id> in the working directory, where the rollout writes its unit records.
+author: specfleet contributors (@specfleet)
 requirements:
-  - enable in ansible.cfg (callbacks_enabled = specfleet_summary)
+  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
+  - Enabled in ansible.cfg (C(callbacks_enabled = specfleet.fleet.specfleet_summary))
 """
 
 import json
-import os
-import time
-from pathlib import Path
 
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
-from specfleet.report import unrecorded_failure, write_report
+try:
+    from specfleet.report import run_folder, unrecorded_failure, write_report
+except ImportError as exc:
+    SPECFLEET_IMPORT_ERROR: ImportError | None = exc
+else:
+    SPECFLEET_IMPORT_ERROR = None
 
 
 class CallbackModule(CallbackBase):
@@ -43,9 +50,10 @@ class CallbackModule(CallbackBase):
     CALLBACK_NEEDS_ENABLED = True
 
     def __init__(self):
+        # Enabled without the package: Ansible warns with this error and runs without the callback.
+        require_specfleet(SPECFLEET_IMPORT_ERROR)
         super().__init__()
-        self._runs_dir: Path | None = None
-        self._started = time.time()
+        self._run_id: str | None = None
         # host -> (task, message, unreachable, failure class) of its last unhandled failure
         self._failures: dict[str, tuple[str, str, bool, str | None]] = {}
 
@@ -66,21 +74,18 @@ class CallbackModule(CallbackBase):
     def v2_runner_on_unreachable(self, result):
         self._remember(result, unreachable=True)
 
-    def v2_playbook_on_start(self, playbook):
-        default = Path(playbook._basedir).resolve().parent / "runs"
-        self._runs_dir = Path(os.environ.get("SPECFLEET_RUNS_DIR", default))
-        self._started = time.time()
+    def v2_runner_on_ok(self, result):
+        # The run is named once, by the facts play ("Name this run"); its folder follows.
+        run_id = (result._result.get("ansible_facts") or {}).get("specfleet_run_id")
+        if run_id:
+            self._run_id = str(run_id)
 
     def v2_playbook_on_stats(self, stats):
-        if not self._runs_dir or not self._runs_dir.is_dir():
+        if not self._run_id:
             return
-        opened = [
-            path for path in self._runs_dir.iterdir()
-            if (path / "units").is_dir() and path.stat().st_mtime >= self._started - 1
-        ]
-        if not opened:
-            return
-        run_dir = max(opened, key=lambda path: path.stat().st_mtime)
+        run_dir = run_folder(self._run_id)
+        if not (run_dir / "units").is_dir():
+            return  # no unit reached the rollout's records (a plan or prepare run)
         for host, (task, message, unreachable, failure_class) in sorted(self._failures.items()):
             record = run_dir / "units" / f"{host}.json"
             if not record.exists():

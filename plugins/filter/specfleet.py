@@ -5,9 +5,21 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import (
+    MissingSpecfleet,
+    require_specfleet,
+)
 
-from specfleet import cache, daemon_json, plan, release, render
-from specfleet.catalog import load_catalog
+try:
+    from specfleet import cache, daemon_json, plan, render, serving
+    from specfleet.catalog import load_catalog
+except ImportError as exc:
+    # Still listed and documented without the package; calling a filter says what to install.
+    SPECFLEET_IMPORT_ERROR: ImportError | None = exc
+    cache = daemon_json = plan = render = serving = MissingSpecfleet(exc)
+    load_catalog = MissingSpecfleet(exc).load_catalog
+else:
+    SPECFLEET_IMPORT_ERROR = None
 
 
 def specfleet_plan_summary(plans: list[dict]) -> list[str]:
@@ -17,6 +29,8 @@ def specfleet_plan_summary(plans: list[dict]) -> list[str]:
 
 def specfleet_daemon_json(existing_text: str | None, path: str, **wanted) -> dict:
     """daemon.json content with the nvidia runtime merged in (see specfleet.daemon_json)."""
+    # First, as the except clause below needs the package's exception class.
+    require_specfleet(SPECFLEET_IMPORT_ERROR)
     try:
         return daemon_json.merge(daemon_json.parse(existing_text, path), **wanted)
     except daemon_json.DaemonJsonError as exc:
@@ -31,23 +45,16 @@ def specfleet_gated_repos(repos: list[str]) -> list[str]:
 class FilterModule:
     def filters(self):
         return {
-            "specfleet_plan_summary": specfleet_plan_summary,
-            "specfleet_daemon_json": specfleet_daemon_json,
-            "specfleet_plan_repos": plan.needed_repos,
-            "specfleet_plan_speculation": plan.speculation,
-            "specfleet_plan_checkpoint_repos": plan.checkpoint_repos,
-            "specfleet_hf_checkpoint_link": cache.checkpoint_link,
-            "specfleet_gated_repos": specfleet_gated_repos,
-            "specfleet_hf_repo_dir": cache.hf_repo_dir,
-            "specfleet_hardware_line": render.hardware_line,
-            "specfleet_rsync_complaint": cache.rsync_complaint,
-            "specfleet_serving_spec": release.serving_spec,
-            "specfleet_release_parse": release.parse,
-            "specfleet_release_serving": release.serving,
-            "specfleet_release_known_good": release.known_good,
-            "specfleet_release_decided": release.decided,
-            "specfleet_release_baseline_serving": release.baseline_serving,
-            "specfleet_release_forget_known_good": release.forget_known_good,
-            "specfleet_release_serving_nothing": release.serving_nothing,
-            "specfleet_release_previous_decision": release.previous_decision,
+            "plan_summary": specfleet_plan_summary,
+            "daemon_json": specfleet_daemon_json,
+            "plan_repos": plan.needed_repos,
+            "plan_speculation": plan.speculation,
+            "plan_checkpoint_repos": plan.checkpoint_repos,
+            "hf_checkpoint_link": cache.checkpoint_link,
+            "gated_repos": specfleet_gated_repos,
+            "hf_repo_dir": cache.hf_repo_dir,
+            "hardware_line": render.hardware_line,
+            "rsync_complaint": cache.rsync_complaint,
+            "serving_argv": serving.argv,
+            "serving_files": serving.files,
         }

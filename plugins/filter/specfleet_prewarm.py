@@ -4,14 +4,20 @@
 
 from __future__ import annotations
 
-from specfleet import prewarm
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import MissingSpecfleet
+
+try:
+    from specfleet import prewarm
+except ImportError as exc:
+    # Still listed and documented without the package; calling a filter says what to install.
+    prewarm = MissingSpecfleet(exc)
 
 
 class FilterModule:
     def filters(self):
         return {
-            "specfleet_compile_cache_key": prewarm.plan_key,
-            "specfleet_compile_cache_factors": prewarm.plan_factors,
-            "specfleet_compile_cache_groups": prewarm.group_units,
-            "specfleet_compile_cache_jobs": prewarm.distribution_jobs,
+            "compile_cache_key": prewarm.plan_key,
+            "compile_cache_factors": prewarm.plan_factors,
+            "compile_cache_groups": prewarm.group_units,
+            "compile_cache_jobs": prewarm.distribution_jobs,
         }

@@ -29,7 +29,12 @@ import tempfile
 import time
 
 try:  # on the controller (tests) the module lives in the specfleet_unit package
-    from specfleet_unit.store_manifest import StoreLayout, promote, sha256_file, verify_tree
+    from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
+        StoreLayout,
+        promote,
+        sha256_file,
+        verify_tree,
+    )
 except ImportError:  # on a unit it is shipped next to this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from store_manifest import StoreLayout, promote, sha256_file, verify_tree  # type: ignore[no-redef]

@@ -6,9 +6,10 @@ Unit-side code: standard library only (a Jetson promises python3, nothing more).
 Ansible module ``jetson_facts`` and the controller command ``specfleet facts --root`` both
 call :func:`identify`, so both print the same facts for the same files.
 
-Sources for every table below: ../shared/reference/jetson-facts.md §1 (jetson_stats
-``jetson_variables.py``/``hw_detect.py``, jetson-containers ``l4t_version.py``,
-jetson-device-skills ``detect_jetson.sh``). DGX Spark: see the comments at DGX_SPARK_*.
+Sources for every table below: rbonghi/jetson_stats (``jtop/core/jetson_variables.py``,
+``jtop/core/hw_detect.py``), dusty-nv/jetson-containers (``jetson_containers/l4t_version.py``)
+and NVIDIA-AI-IOT/jetson-device-skills (``skills/jetson-diagnostic/scripts/detect_jetson.sh``).
+DGX Spark: see the comments at DGX_SPARK_*.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Streaming OpenAI client, /metrics scraper and statistics for the spec_bench module.
 
-Unit-side code, stdlib only (Python 3.10+). Shipped by Ansible as
-``ansible.module_utils.spec_bench_client``; the controller and the tests import the same
-file as ``specfleet_unit.spec_bench_client``.
+Unit-side code, stdlib only (Python 3.10+), shipped by Ansible with the spec_bench module;
+the controller and the tests import the same file by its collection name.
 
-Definitions follow ``vllm bench serve`` (reference/serving-facts.md section 3):
+Definitions follow ``vllm bench serve`` (vllm-project/vllm ``vllm/benchmarks/serve.py``):
 - Token chunk: an SSE chunk with a choice, whatever its text. vLLM sends one per engine
   output, and its delta text can be empty: the detokenizer holds back an incomplete UTF-8
   byte sequence, a special token is skipped. Such a chunk still marks when its tokens were
@@ -780,6 +779,48 @@ def aggregate(
 
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
+
+
+# --- reading a result (the gate, the report and status read cells only through these) --------
+def bench_of(result: Any) -> dict[str, Any]:
+    """The ``bench`` dict of a spec_bench result, given it or the whole registered result."""
+    if not isinstance(result, dict):
+        return {}
+    inner = result.get("bench")
+    return inner if isinstance(inner, dict) else result
+
+
+def cell(result: Any, workload: str, key: str) -> dict[str, Any] | None:
+    """One workload x concurrency cell (``key`` from cell_key) as aggregate made it, or None."""
+    found = ((bench_of(result).get("results") or {}).get(workload) or {}).get(key)
+    return found if isinstance(found, dict) else None
+
+
+def median_throughput(figures: dict[str, Any] | None) -> float | None:
+    """Output tokens per second of a cell: the median over its runs."""
+    return ((figures or {}).get("throughput_tok_s") or {}).get("median")
+
+
+def tpot_p50(figures: dict[str, Any] | None) -> float | None:
+    """TPOT p50 of a cell in ms, pooled over the requests of every run."""
+    return ((figures or {}).get("tpot_ms") or {}).get("p50")
+
+
+def throughput_runs(figures: dict[str, Any] | None) -> list[float]:
+    """Each complete run's throughput (runs with failed requests left out)."""
+    values = ((figures or {}).get("throughput_tok_s") or {}).get("runs") or []
+    return [float(v) for v in values if isinstance(v, int | float) and v > 0]
+
+
+def tpot_runs(figures: dict[str, Any] | None) -> list[float]:
+    """Each complete run's TPOT p50 in ms."""
+    values = [run.get("tpot_p50_ms") for run in (figures or {}).get("runs") or [] if not run.get("failed_requests")]
+    return [float(v) for v in values if isinstance(v, int | float) and v > 0]
+
+
+def cell_acceptance(figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Acceptance of the drafts in a cell (None: the server exposes no spec-decode counters)."""
+    return (figures or {}).get("acceptance")
 
 
 def classify_failure(

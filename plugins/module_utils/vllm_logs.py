@@ -3,10 +3,11 @@
 """Read a serving engine's log: why it failed to start, and what it resolved at start.
 
 Unit-side, standard library only. The patterns are vLLM's, TensorRT-LLM's (`trtllm-serve`)
-and huggingface_hub's own messages (reference/serving-facts.md §1, §4, §5;
-reference/jetson-facts.md §3-4). vLLM prints the decisive error inside the engine process
-and then wraps it ("Engine core initialization failed"), so the whole log is searched, not
-only its last line.
+and huggingface_hub's own messages (vllm-project/vllm `vllm/config/speculative.py` and
+`vllm/v1/worker/utils.py`; NVIDIA/TensorRT-LLM; the NVIDIA container runtime on Jetson,
+NVIDIA-AI-IOT/jetson-ai-lab issue #421; openai/harmony, vllm-project/vllm issue #22525).
+vLLM prints the decisive error inside the engine process and then wraps it ("Engine core
+initialization failed"), so the whole log is searched, not only its last line.
 """
 
 from __future__ import annotations

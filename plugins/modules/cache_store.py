@@ -19,7 +19,7 @@ description:
     replaces the live store, and corrupt files are removed from staging so the next copy
     fetches them again. Already live and verified means no change.
 version_added: "0.1.0"
-author: specfleet contributors
+author: specfleet contributors (@specfleet)
 options:
   root:
     description: Directory holding the stores (e.g. the HF_HOME the container mounts).
@@ -45,6 +45,8 @@ options:
     type: str
     choices: [quick, full]
     default: quick
+extends_documentation_fragment:
+  - specfleet.fleet.attributes
 attributes:
   check_mode:
     support: full
@@ -56,14 +58,14 @@ attributes:
 
 EXAMPLES = r"""
 - name: Is the model already there?
-  cache_store:
+  specfleet.fleet.cache_store:
     root: /var/lib/specfleet/huggingface
     subdir: hub
     manifest: "{{ lookup('file', 'store/manifests/models--org--name.json') | from_json }}"
   register: inspected
 
 - name: Switch in the copy rsync placed in inspected.staging_dir
-  cache_store:
+  specfleet.fleet.cache_store:
     root: /var/lib/specfleet/huggingface
     subdir: hub
     manifest: "{{ lookup('file', 'store/manifests/models--org--name.json') | from_json }}"
@@ -72,7 +74,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 up_to_date: {description: The live store is the manifest's version and verifies., returned: always, type: bool}
-current_id: {description: Live version id, or null., returned: always, type: str}
+current_id: {description: "Live version id, or null.", returned: always, type: str}
 wanted_id: {description: The manifest's version id., returned: always, type: str}
 live_path: {description: The live symlink., returned: always, type: str}
 staging_dir: {description: Where a copy of this version must arrive., returned: always, type: str}
@@ -98,7 +100,7 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.store_manifest import (
+from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
     StoreLayout,
     bytes_to_fetch,
     free_bytes,

@@ -23,7 +23,7 @@ description:
   - Every path is an option with the real path as default, and O(root) prefixes them
     all, so tests and the lab can point the module at a fixture tree.
 version_added: "0.1.0"
-author: specfleet contributors
+author: specfleet contributors (@specfleet)
 options:
   root:
     description: Directory the identity paths are read below; C(/) on a real unit.
@@ -61,6 +61,9 @@ options:
     description: Docker CLI used to read the engine's runtimes (C(docker info)).
     type: str
     default: docker
+extends_documentation_fragment:
+  - specfleet.fleet.attributes
+  - specfleet.fleet.attributes.facts
 attributes:
   check_mode:
     support: full
@@ -76,10 +79,10 @@ notes:
 
 EXAMPLES = r"""
 - name: Identify the unit
-  specfleet.jetson_facts:
+  specfleet.fleet.jetson_facts:
 
 - name: Identify a lab unit from its fixture tree
-  jetson_facts:
+  specfleet.fleet.jetson_facts:
     root: /opt/specfleet-lab/jetson
 
 - name: Show the device class
@@ -105,7 +108,7 @@ ansible_facts:
           sample: agx_orin
         model: {description: Device-tree model string., type: str, sample: NVIDIA Jetson AGX Orin Developer Kit}
         compatible: {description: Device-tree compatible strings., type: list, elements: str}
-        sku: {description: Module P-number from C(compatible), or null., type: str, sample: p3701-0005}
+        sku: {description: "Module P-number from C(compatible), or null.", type: str, sample: p3701-0005}
         module: {description: Module name from the P-number or memory size., type: str, sample: Jetson AGX Orin 64GB}
         memory_mb: {description: MemTotal in MiB., type: int, sample: 62841}
         l4t: {description: L4T release., type: str, sample: 36.4.3}
@@ -129,7 +132,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.jetson_identity import (
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import (
     IdentityError,
     identify,
     parse_docker_info,

@@ -11,8 +11,9 @@ description:
   - Makes the serving container match the given image, serving command (C(vllm serve), or
     C(trtllm-serve) with its options file on a DGX Spark), environment and mounts, with the
     runtime settings NVIDIA's recipes use (runtime nvidia, host IPC and network, shared memory,
-    and the ulimits passed in; the Jetson vLLM recipes and seed 004's C(docker run) for
-    TensorRT-LLM both set memlock=-1 and stack=67108864).
+    and the ulimits passed in; the Jetson vLLM recipes and the C(docker run) for TensorRT-LLM
+    in NVIDIA's DGX Spark speculative decoding playbook (build.nvidia.com/spark/speculative-decoding)
+    both set memlock=-1 and stack=67108864).
   - Idempotent by a configuration hash kept in a container label; the same configuration
     never restarts a running container. Secret environment values are part of the hash
     only as their sha256 and never appear in the result or the label.
@@ -23,7 +24,7 @@ description:
     A Docker daemon that stops answering during the wait (it died) is C(docker_unavailable).
   - Returns the speculative configuration the server resolved, read from its startup log.
 version_added: "0.1.0"
-author: specfleet contributors
+author: specfleet contributors (@specfleet)
 requirements:
   - Docker SDK for Python (python3-docker) on the unit
 options:
@@ -106,6 +107,8 @@ options:
         so a rollback right after a crash waits for it instead of failing the unit.
     type: int
     default: 60
+extends_documentation_fragment:
+  - specfleet.fleet.attributes
 attributes:
   check_mode:
     support: full
@@ -121,7 +124,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Serve the plan's speculative configuration
-  vllm_container:
+  specfleet.fleet.vllm_container:
     image: "{{ specfleet_plan.image }}"
     args: "{{ specfleet_plan.args }}"
     env: "{{ specfleet_hf_cache_env }}"
@@ -133,7 +136,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-action: {description: What was done (none, created, recreated, removed)., returned: always, type: str}
+action: {description: "What was done (none, created, recreated, removed).", returned: always, type: str}
 config_hash: {description: Hash of the requested configuration (container label)., returned: always, type: str}
 container_id: {description: Container id., returned: when a container exists, type: str}
 ready: {description: The server answered /health and /v1/models., returned: always, type: bool}
@@ -158,7 +161,11 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.vllm_logs import classify, last_lines, resolved_spec_config
+from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import (
+    classify,
+    last_lines,
+    resolved_spec_config,
+)
 
 try:
     import docker

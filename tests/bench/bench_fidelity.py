@@ -39,10 +39,11 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "collections"))  # the collection's unit-side code, as pytest's pythonpath has it
 sys.path.insert(0, str(REPO / "lab" / "emulator"))
 
-from specfleet_unit import spec_bench_client as client  # noqa: E402
-from specfleet_unit import spec_bench_prompts as prompt_sets  # noqa: E402
+from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client  # noqa: E402
+from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_prompts as prompt_sets  # noqa: E402
 from vllm_emulator.gpu import parse_gpu_spec  # noqa: E402
 from vllm_emulator.hub import parse_model_info  # noqa: E402
 from vllm_emulator.perfmodel import acceptance_rates, build_engine_perf, conditional_rates, step_timing  # noqa: E402

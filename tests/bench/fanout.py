@@ -41,10 +41,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from specfleet_lab import lab, network  # noqa: E402
+from specfleet_lab.config import LabConfig  # noqa: E402
+
 from specfleet import cache  # noqa: E402
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory  # noqa: E402
-from specfleet.lab import lab, network  # noqa: E402
-from specfleet.lab.config import LabConfig  # noqa: E402
 
 SIZES = [int(x) for x in os.environ.get("SPECFLEET_BENCH_SIZES", "4,8,16").split(",")]
 MBIT = float(os.environ.get("SPECFLEET_BENCH_MBIT", "20"))

@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from specfleet.lab import lab  # noqa: E402
-from specfleet.lab.config import LabConfig  # noqa: E402
+from specfleet_lab import lab  # noqa: E402
+from specfleet_lab.config import LabConfig  # noqa: E402
 
 GIB = 1024**3
 

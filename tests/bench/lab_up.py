@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from specfleet.lab import engine, images, lab, state  # noqa: E402
-from specfleet.lab.config import LabConfig  # noqa: E402
+from specfleet_lab import engine, images, lab, state  # noqa: E402
+from specfleet_lab.config import LabConfig  # noqa: E402
 
 SETTLE_SECONDS = 10.0
 

@@ -50,6 +50,7 @@ PORT = 8011  # beside a serving container on 8000; the port is not in the compil
 sys.path.insert(0, str(REPO / "lab" / "engines" / "vllm-cpu"))
 sys.path.insert(0, str(REPO))
 
+from specfleet import serving  # noqa: E402
 from tests.conftest import on_unit  # noqa: E402  (test_prewarm_lab imports it from here too)
 
 
@@ -76,14 +77,14 @@ def module(host: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
                            f"\n{proc.stderr[-2000:]}") from err
 
 
-def serve_params(plan: dict, cache_mount: str, name: str = CONTAINER, port: int = PORT) -> dict[str, Any]:
-    """vllm_container parameters as the rollout builds them, on another port and name."""
+def serve_params(spec: dict, cache_mount: str, name: str = CONTAINER, port: int = PORT) -> dict[str, Any]:
+    """vllm_container parameters for a plan's serving as the rollout builds them, on another
+    port and name."""
     group_vars = yaml.safe_load((INVENTORY / "group_vars" / "all.yml").read_text()) or {}
-    args = list(plan["args"])
-    args[args.index("--port") + 1] = str(port)
+    args = serving.argv({**spec, "port": port})
     env = {"VLLM_NO_USAGE_STATS": "1", "HF_HOME": "/root/.cache/huggingface", "HF_HUB_OFFLINE": "1",
            **(group_vars.get("specfleet_serve_extra_env") or {})}
-    return {"name": name, "image": plan["image"], "args": args, "env": env,
+    return {"name": name, "image": spec["image"], "args": args, "env": env,
             "mounts": ["/var/lib/specfleet/huggingface:/root/.cache/huggingface", cache_mount],
             "port": port, "ulimits": group_vars.get("specfleet_serve_ulimits") or {"stack": "67108864:67108864"},
             "ready_timeout": 300}
@@ -107,12 +108,12 @@ def emulator_start(host: str, plan: dict, cache_mount: str, name: str = CONTAINE
     """Start the emulator with ``cache_mount`` as its vLLM cache root; time it; remove it."""
     on_unit(host, f"docker rm -f {name} >/dev/null 2>&1 || true")
     try:
-        result = module(host, "vllm_container", serve_params(plan, cache_mount, name, port))
+        result = module(host, "specfleet.fleet.vllm_container", serve_params(plan["serving"], cache_mount, name, port))
         if not result.get("ready"):
             raise RuntimeError(f"{name} on {host} did not serve: {result.get('msg')}")
         log = on_unit(host, f"docker logs {name} 2>&1").stdout
     finally:
-        module(host, "vllm_container", {"name": name, "state": "absent"})
+        module(host, "specfleet.fleet.vllm_container", {"name": name, "state": "absent"})
     return {"startup_seconds": result["startup_seconds"], **read_startup_log(log)}
 
 
@@ -131,7 +132,7 @@ def bench_emulator(host: str, reps: int) -> dict[str, Any]:
                      "prewarm": f"{LIVE_CACHE}:/root/.cache/vllm:ro"}[variant]
             runs[variant].append(emulator_start(host, plan, mount))
     on_unit(host, f"rm -rf {BENCH_DIR}")
-    return {"unit": host, "args": plan["args"], "image": plan["image"], "runs": runs}
+    return {"unit": host, "args": serving.argv(plan["serving"]), "image": plan["image"], "runs": runs}
 
 
 # ---- the real engine on this machine ------------------------------------------------------------

@@ -224,7 +224,7 @@ CLI_RUNS = [pytest.param(case, id=case.id) for case in CASES if case.cli]
 def test_cli_plan_exits_2_naming_variable_and_host(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture):
     inventory = write_inventory(tmp_path, case)
     # In process: the same main() the `specfleet` script calls, without paying ~1 s of
-    # interpreter and Ansible start-up per case (tests/unit/test_cli.py runs the script).
+    # interpreter and Ansible start-up per case (tests/unit/specfleet/test_cli.py runs the script).
     code = cli.main(["plan", "-i", str(inventory)])
     out, err = capsys.readouterr()
     assert code == cli.EXIT_BAD_INPUT, out + err

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from specfleet_lab import lab
+from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
-from specfleet.lab import lab
-from specfleet.lab.config import LabConfig
 
 pytestmark = pytest.mark.lab
 

@@ -23,7 +23,7 @@ ROLES = [
 @pytest.mark.molecule
 @pytest.mark.parametrize("role", ROLES)
 def test_molecule_scenario(fleet_lab, role):
-    from specfleet.lab.config import UNIT_IMAGE
+    from specfleet_lab.config import UNIT_IMAGE
 
     env = {
         **os.environ,

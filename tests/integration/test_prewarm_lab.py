@@ -79,9 +79,9 @@ def prewarmed(lab_plans, tmp_path_factory):
         on_unit(host, f"docker rm -f specfleet-vllm specfleet-prewarm >/dev/null 2>&1; rm -rf {CACHE}")
     serving = {}
     for host in SERVING:  # serving the baseline, its cache in the unit's cache dir
-        baseline = {**lab_plans[host], "args": lab_plans[host]["baseline_args"]}
-        params = serve_params(baseline, f"{CACHE}:/root/.cache/vllm", name="specfleet-vllm", port=8000)
-        started = module(host, "vllm_container", params)
+        params = serve_params(lab_plans[host]["baseline_serving"], f"{CACHE}:/root/.cache/vllm",
+                              name="specfleet-vllm", port=8000)
+        started = module(host, "specfleet.fleet.vllm_container", params)
         assert started.get("ready"), started
         serving[host] = container_state(host, "specfleet-vllm")
 

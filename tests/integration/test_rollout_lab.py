@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from specfleet_lab import lab
 
-from specfleet import plan_trtllm
-from specfleet.lab import lab
+from specfleet import serving
 from tests.conftest import REPO, on_unit
 from tests.conftest import lab_hosts as hosts
 
@@ -127,7 +127,7 @@ def test_faulted_units_end_on_their_baseline(rolled_out, host, failure_class):
     models = on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models")
     assert models.returncode == 0, f"{host} is not serving after its rollback"
     release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
-    assert release["current"]["kind"] == "baseline" and "--speculative-config" not in release["current"]["args"]
+    assert release["current"]["kind"] == "baseline" and release["current"]["speculative_config"] is None
 
 
 def test_report_written_once_with_every_unit(rolled_out):
@@ -151,9 +151,12 @@ SPARK_HEAD = "nvidia/gpt-oss-120b-Eagle3-long-context"
 
 
 def serving_options(host: str) -> tuple[str, str]:
-    """The options file the unit's trtllm-serve was started with, and its text as served."""
+    """The options file of the serving the unit's record says it runs, and its text as the
+    running trtllm-serve was started with it (the path is on its command line)."""
+    current = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]
+    (path,) = serving.files(current)
     args = json.loads(on_unit(host, "docker inspect -f '{{json .Args}}' specfleet-vllm").stdout)
-    path = plan_trtllm.options_path_in(args)
+    assert path in args, (path, args)
     return path, on_unit(host, f"docker exec specfleet-vllm cat {path}").stdout
 
 
@@ -178,7 +181,7 @@ def test_dgx_spark_is_measured_on_trtllm_and_its_gate_reverts_without_inventing_
     assert release["current"]["kind"] == release["known_good"]["kind"] == "baseline"
     path, served = serving_options(SPARK)
     assert path == "/etc/specfleet/trtllm/baseline.yml"
-    assert served == release["current"]["files"][path] and "speculative_config" not in yaml.safe_load(served)
+    assert served == serving.files(release["current"])[path] and "speculative_config" not in yaml.safe_load(served)
 
 
 def test_dgx_spark_rejected_config_rolls_back_and_rollback_restarts_its_files(fleet_lab, rolled_out, tmp_path):
@@ -202,7 +205,31 @@ def test_dgx_spark_rejected_config_rolls_back_and_rollback_restarts_its_files(fl
     release = json.loads(on_unit(SPARK, "cat /var/lib/specfleet/release.json").stdout)
     assert release["current"]["spec_id"] == release["known_good"]["spec_id"]
     path, served = serving_options(SPARK)
-    assert served == release["known_good"]["files"][path]
+    assert served == serving.files(release["known_good"])[path]
+
+
+def test_a_port_from_the_policy_is_served_waited_on_and_measured(rolled_out, tmp_path):
+    """specfleet_port reaches every part of the serving through the plan: the server listens
+    there, readiness waits there and the benchmark measures there, so the unit is decided on
+    its measurements (as at 8000: EAGLE-3 kept on thor-01), not failed as never ready."""
+    host = "thor-01"
+    runs = tmp_path / "port"
+    moved = playbook("rollout.yml", "-l", host, "-e", '{"specfleet_port": 9000, "specfleet_rollout_remeasure": true}',
+                     env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert moved.returncode == 0, moved.stdout[-4000:]
+    record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+    assert (record["decision"], record["method"]) == ("kept", "eagle3"), record["reasons"]
+    assert record["baseline"]["ok"] and record["speculative"]["ok"]
+    assert on_unit(host, "curl -sf http://127.0.0.1:9000/v1/models").returncode == 0
+    assert on_unit(host, "curl -sf http://127.0.0.1:8000/health").returncode != 0
+    current = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]
+    assert current["port"] == 9000 and serving.flag_value(current, "--port") == "9000"
+    # Back on the inventory's port for the tests after this one (measured again: a new port
+    # is a new serving).
+    back = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
+                    env={"SPECFLEET_RUNS_DIR": str(tmp_path / "back")})
+    assert back.returncode == 0, back.stdout[-4000:]
+    assert on_unit(host, "curl -sf http://127.0.0.1:8000/health").returncode == 0
 
 
 def test_rollback_playbook_restores_known_good(rolled_out):

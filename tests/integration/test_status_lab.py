@@ -1,5 +1,5 @@
-"""`specfleet status` against the lab's units over real SSH (read only; only thor-01 may be
-rolled out here, and only when it has no release record yet)."""
+"""`specfleet status` against the lab's units over real SSH, through Ansible (read only; only
+thor-01 may be rolled out here, and only when it has no release record yet)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_unreachable_unit_is_reported_and_the_others_still_are(fleet_lab, tmp_pa
     rows = {row["host"]: row for row in json.loads(result.stdout)}
     gone = rows.pop("gone-01")
     assert (gone["reachable"], gone["address"]) == (False, "127.0.0.1")
-    assert "127.0.0.1:1" in gone["error"] and "refused" in gone["error"]
+    assert gone["error"] == "connection refused: ssh: connect to host 127.0.0.1 port 1: Connection refused"
     assert set(rows) == set(lab_hosts())
     assert all(row["reachable"] for row in rows.values())
     assert seconds < 30
@@ -148,3 +148,40 @@ def test_table_output_names_the_unreachable_unit(fleet_lab, tmp_path):
     )
     assert result.returncode == 1
     assert "UNREACHABLE" in result.stdout and "connection refused" in result.stdout
+
+
+def test_ssh_config_alias_and_proxyjump_are_honoured(fleet_lab, tmp_path):
+    # Reached only by an ~/.ssh/config-style alias that jumps through another unit: what the
+    # playbooks' ssh does, and status now does too (it runs Ansible's ssh).
+    units = lab_hosts()
+    target, jump = units["thor-01"], units["thor-02"]
+    common = (
+        "  User root\n"
+        f"  IdentityFile {target['ansible_ssh_private_key_file']}\n"
+        "  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+    )
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host specfleet-jump\n  HostName {jump['ansible_host']}\n{common}"
+        f"Host specfleet-behind-jump\n  HostName {target['ansible_host']}\n  ProxyJump specfleet-jump\n{common}"
+    )
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "aliased-01": {
+                            "ansible_host": "specfleet-behind-jump",
+                            "ansible_ssh_common_args": f"-F {config}",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    result, _ = specfleet_status(inventory, "--timeout", "10")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert (row["host"], row["address"], row["reachable"]) == ("aliased-01", "specfleet-behind-jump", True), row
+    assert row["release_record"] in ("present", "missing")

@@ -25,7 +25,7 @@ CONTEXT="$REPO/lab/build/vllm-cpu"
 PREPARE_ONLY=0
 # Debian bookworm packages the engine needs beyond minbase + python3.
 DEBS="libnuma1"
-# What the image is made of (specfleet/lab/real_engine.py hashes the same list, in order).
+# What the image is made of (lab/specfleet_lab/real_engine.py hashes the same list, in order).
 RECIPE_FILES="Dockerfile install.sh constraints.txt build_tiny_models.py serve.sh"
 
 while [[ $# -gt 0 ]]; do

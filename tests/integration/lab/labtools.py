@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from specfleet.lab.config import LabConfig  # noqa: E402
+from specfleet_lab.config import LabConfig  # noqa: E402
 
 
 def snapshot() -> dict[str, set[str]]:

@@ -14,10 +14,9 @@ import time
 
 import pytest
 from labtools import REPO, snapshot, ssh, ssh_argv
-
-from specfleet.lab import lab, network
-from specfleet.lab.config import LabConfig
-from specfleet.lab.engine import docker
+from specfleet_lab import lab, network
+from specfleet_lab.config import LabConfig
+from specfleet_lab.engine import docker
 
 pytestmark = pytest.mark.lab
 
@@ -28,7 +27,7 @@ def units(info: dict) -> list[dict]:
 
 def test_status_lists_every_unit(cfg: LabConfig, running_lab: dict) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "specfleet.lab.cli", "status", "--format", "json"],
+        [sys.executable, "-m", "specfleet_lab.cli", "status", "--format", "json"],
         capture_output=True, text=True, cwd=REPO, check=True,
     )
     status = json.loads(proc.stdout)

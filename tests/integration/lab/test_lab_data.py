@@ -6,12 +6,12 @@ import io
 import json
 import tarfile
 
-from specfleet.lab.config import LabConfig
-from specfleet.lab.fixtures import gpu_json, unit_tar
-from specfleet.lab.images import engine_refs, mirror_ref
-from specfleet.lab.inventory import expected_facts, group_vars_all, inventory_data, write_inventory
-from specfleet.lab.lab import _unit_record
-from specfleet.lab.profiles import expand
+from specfleet_lab.config import LabConfig
+from specfleet_lab.fixtures import gpu_json, unit_tar
+from specfleet_lab.images import engine_refs, mirror_ref
+from specfleet_lab.inventory import expected_facts, group_vars_all, inventory_data, write_inventory
+from specfleet_lab.lab import _unit_record
+from specfleet_lab.profiles import expand
 
 
 def test_mixed_profile_cycles_five_kinds() -> None:

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from labtools import REPO
-
-from specfleet.lab import models
+from specfleet_lab import models
 
 EMULATOR_DIR = REPO / "lab" / "emulator"
 if str(EMULATOR_DIR) not in sys.path:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from specfleet_unit.spec_bench_client import spec_decode_counters
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import spec_decode_counters
 
 from specfleet import gate
 from specfleet import policy as policy_module
@@ -139,7 +139,7 @@ def ngram_server(real_rollout):
     the vllm_container module the rollout uses."""
     unit = "orinnano-01"
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
-    ad_hoc(unit, "vllm_container", {
+    ad_hoc(unit, "specfleet.fleet.vllm_container", {
         "name": CHECK_CONTAINER,
         "image": real_rollout["records"][unit]["image"],
         "args": ["vllm", "serve", "specfleet/tiny-llama", "--port", str(CHECK_PORT), "--seed", "42",
@@ -155,7 +155,7 @@ def ngram_server(real_rollout):
     try:
         yield unit
     finally:
-        ad_hoc(unit, "vllm_container", {"name": CHECK_CONTAINER, "state": "absent"})
+        ad_hoc(unit, "specfleet.fleet.vllm_container", {"name": CHECK_CONTAINER, "state": "absent"})
 
 
 def test_reported_acceptance_is_what_metrics_counted(ngram_server):
@@ -163,9 +163,9 @@ def test_reported_acceptance_is_what_metrics_counted(ngram_server):
     # the server's /metrics counted between before and after.
     unit = ngram_server
     before = metrics(unit, CHECK_PORT)
-    result = ad_hoc(unit, "spec_bench", {"url": f"http://127.0.0.1:{CHECK_PORT}", "label": "check", "warmups": 0,
-                                         "repetitions": 1, "concurrency": [1], "workloads": ["code_edit"],
-                                         "max_tokens": 64})["bench"]
+    result = ad_hoc(unit, "specfleet.fleet.spec_bench", {
+        "url": f"http://127.0.0.1:{CHECK_PORT}", "label": "check", "warmups": 0, "repetitions": 1,
+        "concurrency": [1], "workloads": ["code_edit"], "max_tokens": 64})["bench"]
     after = metrics(unit, CHECK_PORT)
     reported = result["results"]["code_edit"]["c1"]["acceptance"]
     assert reported["draft_tokens"] == int(after["draft_tokens"] - before["draft_tokens"]) > 0

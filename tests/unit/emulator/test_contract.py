@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
+from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import classify, resolved_spec_config
 from conftest import DRAFT_1B, EAGLE3, TARGET
-from specfleet_unit import spec_bench_client as client
-from specfleet_unit.vllm_logs import classify, resolved_spec_config
 
 REAL = Path(__file__).resolve().parents[2] / "integration" / "vllm_cpu" / "fixtures"
 NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4})

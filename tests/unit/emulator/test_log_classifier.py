@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import classify, resolved_spec_config
 from conftest import EAGLE3, GATED, GPT_OSS, TARGET, THOR_GPU
-from specfleet_unit.vllm_logs import classify, resolved_spec_config
 
 
 def failed_output(launch: Any, model: str, extra: list[str], env: dict[str, str]) -> str:

@@ -38,7 +38,7 @@ from vllm_emulator.trtllm_runtime import (
 from vllm_emulator.trtllm_serve import resolve_model, served_name
 from vllm_emulator.trtllm_yaml import YamlError, load_yaml
 
-from specfleet import plan_trtllm
+from specfleet import plan_trtllm, serving
 
 SPARK_GPU = {
     "device_class": "dgx_spark",
@@ -62,9 +62,9 @@ def repo_cache_snapshot(lab_root: Path, repo: str) -> Path:
     return next(snapshots.iterdir())
 
 
-def toolkit_argv(options_path: str = plan_trtllm.OPTIONS_PATHS["speculative"]) -> list[str]:
+def toolkit_argv(kind: str = "speculative") -> list[str]:
     """What specfleet sends, without the program name."""
-    return plan_trtllm.serve_args(TARGET, POLICY, "dgx_spark", options_path)[1:]
+    return serving.argv(plan_trtllm.serving(kind, "img", TARGET, POLICY, "dgx_spark", {}))[1:]
 
 
 def toolkit_options(method: str | None, artifact: str | None, tokens: int = 3, eagle3_name: str = "Eagle3") -> dict:
@@ -459,7 +459,13 @@ def test_other_failures_several_errors_and_types_that_are_not_emulated() -> None
 def test_toolkit_options_map_onto_the_engine(
     method: str, artifact: str | None, eagle3_name: str, expected: dict
 ) -> None:
-    options = load_yaml(json.dumps(toolkit_options(method, artifact, eagle3_name=eagle3_name)))  # JSON is YAML
+    # The options file as the unit gets it: the serving's rendering, read by the engine's YAML reader.
+    spec = plan_trtllm.serving(
+        "speculative", "img", TARGET, POLICY, "dgx_spark", toolkit_options(method, artifact, eagle3_name=eagle3_name)
+    )
+    (text,) = serving.files(spec).values()
+    options = load_yaml(text)
+    assert options == spec["engine_options"]
     llm = resolve_llm_args(cli(), options)
     args = engine_namespace(llm, cli())
     assert args.flavour == "trtllm"
@@ -719,7 +725,7 @@ def test_connection_is_refused_until_ready(trtllm: Any, spark_env: dict[str, str
 
 
 def test_classifier_reads_trtllm_startup_failures(trtllm: Any, spark_env: dict[str, str], tmp_path: Path) -> None:
-    from specfleet_unit.vllm_logs import classify
+    from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import classify
 
     def failure_of(process: TrtllmProcess) -> tuple[str | None, list[str]]:
         assert process.wait_exit() != 0

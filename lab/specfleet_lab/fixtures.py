@@ -1,0 +1,115 @@
+"""The emulated identity of a unit (a Jetson, or a DGX Spark), as files.
+
+A unit's facts module is pointed at FIXTURE_ROOT (inventory var specfleet_facts_root)
+and reads these files exactly as it reads /etc/nv_tegra_release, /proc/device-tree/*
+and /proc/meminfo on a real Jetson, including the NUL bytes of the device-tree files, or
+/etc/dgx-release, the DMI product name and the driver banner on a DGX Spark.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from typing import Any
+
+from specfleet_lab.profiles import Unit
+
+FIXTURE_ROOT = "/opt/specfleet-lab/jetson"
+GPU_FILE = "/etc/specfleet-lab/gpu.json"
+
+
+def meminfo(mem_total_kb: int) -> str:
+    """A /proc/meminfo with the unit's MemTotal; the rest is a plausible idle unit."""
+    free = int(mem_total_kb * 0.86)
+    available = int(mem_total_kb * 0.92)
+    cached = int(mem_total_kb * 0.05)
+    rows = [
+        ("MemTotal", mem_total_kb),
+        ("MemFree", free),
+        ("MemAvailable", available),
+        ("Buffers", int(mem_total_kb * 0.004)),
+        ("Cached", cached),
+        ("SwapCached", 0),
+        ("SwapTotal", 0),
+        ("SwapFree", 0),
+        ("Shmem", int(mem_total_kb * 0.002)),
+        ("CmaTotal", 524288),
+        ("CmaFree", 521216),
+    ]
+    return "".join(f"{key + ':':<16}{value:>8} kB\n" for key, value in rows)
+
+
+def gpu_json(unit: Unit) -> dict[str, Any]:
+    kind = unit.kind
+    return {
+        "device_class": unit.device_class,
+        "gpu_name": kind["gpu_name"],
+        # Jetson memory is unified: the GPU can use all of MemTotal.
+        "memory_total_mib": int(kind["mem_total_kb"]) // 1024,
+        "memory_bandwidth_gbps": kind["memory_bandwidth_gbps"],
+        "emulated": True,
+    }
+
+
+def identity_files(unit: Unit) -> dict[str, bytes]:
+    """Absolute path inside the unit -> content."""
+    kind = unit.kind
+    root = FIXTURE_ROOT
+    files = {
+        f"{root}/proc/meminfo": meminfo(int(kind["mem_total_kb"])).encode(),
+        GPU_FILE: (json.dumps(gpu_json(unit), indent=2) + "\n").encode(),
+    }
+    if "dgx_release" in kind:
+        # DGX OS: no L4T release file and no device tree.
+        files.update({
+            f"{root}/etc/dgx-release": ("\n".join(kind["dgx_release"]) + "\n").encode(),
+            f"{root}/sys/class/dmi/id/product_name": (kind["dmi_product_name"] + "\n").encode(),
+            f"{root}/proc/driver/nvidia/version": ("\n".join(kind["nvidia_driver"]) + "\n").encode(),
+            f"{root}/EMULATED": (
+                f"specfleet lab fixture: {unit.name} emulates a {kind.get('sku', unit.kind_id)} "
+                "on DGX OS. Not a real DGX Spark.\n"
+            ).encode(),
+        })
+        return files
+    files.update({
+        f"{root}/etc/nv_tegra_release": ("\n".join(kind["nv_tegra_release"]) + "\n").encode(),
+        # Device-tree strings are NUL-terminated; `compatible` is a NUL-separated list.
+        f"{root}/proc/device-tree/model": kind["model"].encode() + b"\0",
+        f"{root}/proc/device-tree/compatible": b"".join(
+            c.encode() + b"\0" for c in kind["compatible"]
+        ),
+        f"{root}/EMULATED": (
+            f"specfleet lab fixture: {unit.name} emulates {kind.get('sku', unit.kind_id)} "
+            f"on L4T {kind['l4t']} (JetPack {kind['jetpack']}). Not a real Jetson.\n"
+        ).encode(),
+    })
+    return files
+
+
+def unit_tar(unit: Unit, authorized_key: str, extra: dict[str, bytes] | None = None) -> bytes:
+    """A tar (for `docker cp - CONTAINER:/`) with the unit's identity, SSH access and
+    `extra` files (absolute path -> content, e.g. the registry CA)."""
+    files = identity_files(unit)
+    files["/root/.ssh/authorized_keys"] = authorized_key.strip().encode() + b"\n"
+    files.update(extra or {})
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs = sorted({p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/"))})
+        for directory in dirs:
+            if not directory:
+                continue
+            info = tarfile.TarInfo(directory.lstrip("/"))
+            info.type = tarfile.DIRTYPE
+            info.mtime = now
+            info.mode = 0o700 if directory in ("/root", "/root/.ssh") else 0o755
+            tar.addfile(info)
+        for path, content in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size = len(content)
+            info.mtime = now
+            info.mode = 0o600 if path.startswith("/root/.ssh") else 0o644
+            tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()

@@ -1,0 +1,395 @@
+"""Lab images, built without any registry.
+
+base    debootstrap --variant=minbase <suite> -> `docker import`, one per suite:
+        specfleet-lab/base:bookworm (base/recipe.yml; engines: python 3.11) and
+        specfleet-lab/base:trixie (base-trixie/recipe.yml; units: docker.io 26)
+unit    trixie base rootfs + chroot `apt-get install` on the host -> `docker import`
+        (specfleet-lab/unit-pkgs:trixie), then lab/images/unit/Dockerfile adds the lab
+        files, built with `--network none`                         (specfleet-lab/unit:trixie)
+engine  lab/emulator/Dockerfile FROM the bookworm base (`--network none`), tagged with the
+        real image names of specfleet/data/images.yml             (build_engine_images)
+
+Each image carries the hash of its recipe (and its parent's) in a label; a build is
+skipped when the label matches, so a second `lab up` costs one `docker inspect` per image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from specfleet.catalog import load_catalog
+from specfleet_lab.config import BASE_IMAGE, RECIPE_LABEL, UNIT_BASE_IMAGE, UNIT_IMAGE, LabConfig
+from specfleet_lab.engine import DOCKER_CLI, docker, docker_env
+from specfleet_lab.sh import LabError, log, run, safe_rmtree
+
+UNIT_PKGS_IMAGE = "specfleet-lab/unit-pkgs:trixie"
+# Debian suite -> (recipe directory under lab/images, image name).
+BASES: dict[str, tuple[str, str]] = {
+    "bookworm": ("base", BASE_IMAGE),
+    "trixie": ("base-trixie", UNIT_BASE_IMAGE),
+}
+ENGINE_SUITE = "bookworm"
+
+
+@dataclass
+class BuildResult:
+    image: str
+    built: bool
+    seconds: float
+    recipe_hash: str
+
+
+# ---- recipe hashing ------------------------------------------------------------------
+def tree_hash(paths: list[Path], parent: str = "") -> str:
+    """sha256 over parent hash + every file (relative name, mode bit x, content)."""
+    digest = hashlib.sha256(parent.encode())
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            if "__pycache__" in path.parts:
+                continue
+            rel = path.name if root.is_file() else str(path.relative_to(root))
+            digest.update(rel.encode() + b"\0")
+            digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def image_label(cfg: LabConfig, image: str, label: str = RECIPE_LABEL) -> str | None:
+    proc = docker(
+        cfg,
+        ["image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', image],
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def image_current(cfg: LabConfig, image: str, recipe_hash: str) -> bool:
+    return image_label(cfg, image) == recipe_hash
+
+
+def image_id(cfg: LabConfig, image: str) -> str | None:
+    proc = docker(cfg, ["image", "inspect", "--format", "{{.Id}}", image], check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def drop_replaced(cfg: LabConfig, old_id: str | None, image: str) -> None:
+    """After a rebuild, remove the previous build if nothing uses it any more, so the lab's
+    data root does not fill with untagged images (rmi fails harmlessly if still in use)."""
+    if old_id and old_id != image_id(cfg, image):
+        docker(cfg, ["rmi", old_id], check=False)
+
+
+# ---- rootfs helpers ----------------------------------------------------------------
+def _load_recipe(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _sources_list(recipe: dict) -> str:
+    """APT sources like the host's: release, updates and security of one suite."""
+    suite, mirror = recipe["suite"], recipe["mirror"]
+    security = recipe.get("security_mirror", "http://deb.debian.org/debian-security")
+    return (
+        f"deb {mirror} {suite} main\n"
+        f"deb {mirror} {suite}-updates main\n"
+        f"deb {security} {suite}-security main\n"
+    )
+
+
+def _import_rootfs(cfg: LabConfig, rootfs: Path, image: str, changes: list[str]) -> None:
+    """Stream a rootfs directory into `docker import` (numeric owners, no temp tarball)."""
+    tar = subprocess.Popen(
+        ["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
+        stdout=subprocess.PIPE,
+    )
+    argv = [DOCKER_CLI, "import"]
+    for change in changes:
+        argv += ["--change", change]
+    imp = subprocess.run(
+        [*argv, "-", image],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **docker_env(cfg)},
+    )
+    assert tar.stdout is not None
+    tar.stdout.close()
+    if tar.wait() != 0 or imp.returncode != 0:
+        raise LabError(f"docker import {image} failed: {imp.stderr.strip()}")
+
+
+def _export_image(cfg: LabConfig, image: str, dest: Path) -> None:
+    """Unpack an image's filesystem into dest (docker create + export, no container run)."""
+    cid = docker(cfg, ["create", "--network", "none", image, "/bin/true"]).stdout.strip()
+    try:
+        exp = subprocess.Popen(
+            [DOCKER_CLI, "export", cid],
+            stdout=subprocess.PIPE,
+            env={**os.environ, **docker_env(cfg)},
+        )
+        untar = subprocess.run(
+            ["tar", "-C", str(dest), "--numeric-owner", "-xf", "-"],
+            stdin=exp.stdout,
+            capture_output=True,
+            text=True,
+        )
+        assert exp.stdout is not None
+        exp.stdout.close()
+        if exp.wait() != 0 or untar.returncode != 0:
+            raise LabError(f"export of {image} failed: {untar.stderr.strip()}")
+    finally:
+        docker(cfg, ["rm", "-f", cid], check=False)
+
+
+def _chroot_apt_install(rootfs: Path, packages: list[str]) -> None:
+    """apt-get install inside a chroot, using the host's network.
+
+    policy-rc.d (exit 101) stops package scripts from starting sshd/dockerd: in a chroot
+    they would run on the host. /proc is mounted for the maintainer scripts and always
+    unmounted again; device nodes apt needs are created as plain nodes.
+    """
+    policy = rootfs / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    shutil.copyfile("/etc/resolv.conf", rootfs / "etc/resolv.conf")
+    for name, minor in (("null", 3), ("zero", 5), ("random", 8), ("urandom", 9)):
+        node = rootfs / "dev" / name
+        if not node.exists():
+            run(["mknod", "-m", "666", str(node), "c", "1", str(minor)])
+    proc_dir = rootfs / "proc"
+    proc_dir.mkdir(exist_ok=True)
+    run(["mount", "-t", "proc", "proc", str(proc_dir)])
+    env = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    try:
+        run(["chroot", str(rootfs), "apt-get", "update"], env=env, timeout=600)
+        run(
+            ["chroot", str(rootfs), "apt-get", "install", "-y", "--no-install-recommends", *packages],
+            env=env,
+            timeout=1800,
+        )
+        run(["chroot", str(rootfs), "apt-get", "clean"], env=env)
+    finally:
+        run(["umount", str(proc_dir)], check=False)
+    policy.unlink()
+    (rootfs / "etc/resolv.conf").write_text("")
+    shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+    (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+
+
+def _work_dir(cfg: LabConfig, name: str) -> Path:
+    base = cfg.var_dir / "build"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+
+
+# ---- base ----------------------------------------------------------------------------
+def _base(suite: str) -> tuple[str, str]:
+    if suite not in BASES:
+        raise LabError(f"no base recipe for Debian {suite!r} (known: {', '.join(BASES)})")
+    return BASES[suite]
+
+
+def base_recipe_hash(cfg: LabConfig, suite: str = ENGINE_SUITE) -> str:
+    return tree_hash([cfg.images_dir / _base(suite)[0]])
+
+
+def build_base_image(cfg: LabConfig, suite: str = ENGINE_SUITE, force: bool = False) -> BuildResult:
+    recipe_dir, image = _base(suite)
+    recipe_hash = base_recipe_hash(cfg, suite)
+    if not force and image_current(cfg, image, recipe_hash):
+        return BuildResult(image, False, 0.0, recipe_hash)
+    recipe = _load_recipe(cfg.images_dir / recipe_dir / "recipe.yml")
+    if recipe.get("suite") != suite:
+        raise LabError(f"{recipe_dir}/recipe.yml is for {recipe.get('suite')!r}, expected {suite!r}")
+    old_id = image_id(cfg, image)
+    started = time.monotonic()
+    work = _work_dir(cfg, f"base-{suite}")
+    rootfs = work / "rootfs"
+    try:
+        log.info("debootstrap %s (%s) from %s", recipe["suite"], recipe["variant"], recipe["mirror"])
+        run(
+            [
+                "debootstrap",
+                f"--variant={recipe['variant']}",
+                f"--include={','.join(recipe.get('include', []))}",
+                recipe["suite"],
+                str(rootfs),
+                recipe["mirror"],
+            ],
+            timeout=1800,
+        )
+        (rootfs / "etc/apt/sources.list").write_text(_sources_list(recipe))
+        (rootfs / "etc/resolv.conf").write_text("")
+        shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+        (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+        (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        _import_rootfs(
+            cfg,
+            rootfs,
+            image,
+            [
+                'CMD ["/bin/bash"]',
+                "ENV LANG=C.UTF-8",
+                f"LABEL {RECIPE_LABEL}={recipe_hash}",
+                "LABEL org.specfleet.lab.emulated=true",
+            ],
+        )
+    finally:
+        safe_rmtree(str(work))
+    drop_replaced(cfg, old_id, image)
+    return BuildResult(image, True, time.monotonic() - started, recipe_hash)
+
+
+# ---- unit ----------------------------------------------------------------------------
+def unit_suite(cfg: LabConfig) -> str:
+    """The Debian suite the unit image is built on (`base:` in unit/recipe.yml)."""
+    return str(_load_recipe(cfg.images_dir / "unit" / "recipe.yml").get("base", "trixie"))
+
+
+def unit_pkgs_hash(cfg: LabConfig) -> str:
+    parent = base_recipe_hash(cfg, unit_suite(cfg))
+    return tree_hash([cfg.images_dir / "unit" / "recipe.yml"], parent=parent)
+
+
+def unit_recipe_hash(cfg: LabConfig) -> str:
+    return tree_hash([cfg.images_dir / "unit"], parent=base_recipe_hash(cfg, unit_suite(cfg)))
+
+
+def build_unit_pkgs_image(cfg: LabConfig, force: bool = False) -> BuildResult:
+    """Base + the unit's Debian packages (the slow, network-using part of the unit image)."""
+    recipe_hash = unit_pkgs_hash(cfg)
+    if not force and image_current(cfg, UNIT_PKGS_IMAGE, recipe_hash):
+        return BuildResult(UNIT_PKGS_IMAGE, False, 0.0, recipe_hash)
+    recipe = _load_recipe(cfg.images_dir / "unit" / "recipe.yml")
+    base_image = _base(unit_suite(cfg))[1]
+    old_id = image_id(cfg, UNIT_PKGS_IMAGE)
+    started = time.monotonic()
+    work = _work_dir(cfg, "unit")
+    rootfs = work / "rootfs"
+    rootfs.mkdir()
+    try:
+        _export_image(cfg, base_image, rootfs)
+        _chroot_apt_install(rootfs, recipe["packages"])
+        # Host keys are made per unit at first start (ssh-keygen -A), not shared by all.
+        for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        _import_rootfs(
+            cfg,
+            rootfs,
+            UNIT_PKGS_IMAGE,
+            ['CMD ["/bin/bash"]', "ENV LANG=C.UTF-8", f"LABEL {RECIPE_LABEL}={recipe_hash}"],
+        )
+    finally:
+        safe_rmtree(str(work))
+    drop_replaced(cfg, old_id, UNIT_PKGS_IMAGE)
+    return BuildResult(UNIT_PKGS_IMAGE, True, time.monotonic() - started, recipe_hash)
+
+
+def build_unit_image(cfg: LabConfig, force: bool = False) -> BuildResult:
+    """The unit image: unit-pkgs + lab/images/unit/rootfs via a `--network none` build."""
+    pkgs = build_unit_pkgs_image(cfg, force=force)
+    recipe_hash = unit_recipe_hash(cfg)
+    if not force and image_current(cfg, UNIT_IMAGE, recipe_hash):
+        return BuildResult(UNIT_IMAGE, False, pkgs.seconds, recipe_hash)
+    old_id = image_id(cfg, UNIT_IMAGE)
+    started = time.monotonic()
+    docker(
+        cfg,
+        [
+            "build",
+            "--network",
+            "none",
+            "--build-arg",
+            f"PKGS_IMAGE={UNIT_PKGS_IMAGE}",
+            "--label",
+            f"{RECIPE_LABEL}={recipe_hash}",
+            "-t",
+            UNIT_IMAGE,
+            str(cfg.images_dir / "unit"),
+        ],
+        timeout=1800,
+    )
+    drop_replaced(cfg, old_id, UNIT_IMAGE)
+    return BuildResult(UNIT_IMAGE, True, pkgs.seconds + time.monotonic() - started, recipe_hash)
+
+
+# ---- engine images -------------------------------------------------------------------
+def engine_refs() -> list[str]:
+    """Image refs the plan may choose (specfleet/data/images.yml), which the emulator stands
+    in for; pin-only entries are real lab images of their own (the vLLM-CPU engine)."""
+    return [image.ref for image in load_catalog().images if not image.pin_only]
+
+
+def mirror_ref(ref: str, mirror: str) -> str:
+    """`ghcr.io/nvidia-ai-iot/vllm:tag` -> `<mirror>/nvidia-ai-iot/vllm:tag`.
+
+    The first path component is a registry host when it has a dot, a colon or is
+    `localhost` (Docker's rule); Docker Hub refs keep their whole path.
+    """
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        ref = rest
+    return f"{mirror}/{ref}"
+
+
+def engine_image_hash(cfg: LabConfig) -> str:
+    return tree_hash([cfg.emulator_dir], parent=base_recipe_hash(cfg, ENGINE_SUITE))
+
+
+ENGINE_LOCAL = "specfleet-lab/engine:current"
+
+
+def build_engine_images(cfg: LabConfig, force: bool = False) -> tuple[BuildResult, list[str]]:
+    """Build the vLLM emulator image once and tag it with every real ref from images.yml.
+
+    The content is lab/emulator/ (stdlib-Python vLLM emulator, entrypoint
+    `specfleet-emulator-entrypoint`) built FROM the bookworm base with `--network none`.
+    Returns the build result and the local tags (real names, e.g. vllm/vllm-openai:v0.20.2);
+    registry.push_engine_images() puts them behind the LAN mirror.
+    """
+    if not (cfg.emulator_dir / "Dockerfile").exists():
+        raise LabError(f"{cfg.emulator_dir}/Dockerfile is missing: the engine image is the vLLM emulator")
+    recipe_hash = engine_image_hash(cfg)
+    refs = engine_refs()
+    started = time.monotonic()
+    built = False
+    if force or not image_current(cfg, ENGINE_LOCAL, recipe_hash):
+        old_id = image_id(cfg, ENGINE_LOCAL)
+        docker(
+            cfg,
+            [
+                "build",
+                "--network",
+                "none",
+                "--build-arg",
+                f"BASE_IMAGE={_base(ENGINE_SUITE)[1]}",
+                "--label",
+                f"{RECIPE_LABEL}={recipe_hash}",
+                "--label",
+                "org.specfleet.lab.emulated=true",
+                "-t",
+                ENGINE_LOCAL,
+                str(cfg.emulator_dir),
+            ],
+            timeout=1800,
+        )
+        built = True
+        # Re-point the real names first, so the old build is no longer tagged anywhere.
+        for ref in refs:
+            docker(cfg, ["tag", ENGINE_LOCAL, ref])
+        drop_replaced(cfg, old_id, ENGINE_LOCAL)
+    for ref in refs:
+        docker(cfg, ["tag", ENGINE_LOCAL, ref])
+    return BuildResult(ENGINE_LOCAL, built, time.monotonic() - started, recipe_hash), refs

@@ -1,0 +1,209 @@
+"""The Ansible inventory of a running lab (inventory/lab/, git-ignored).
+
+hosts.yml             units grouped by device class; per host the connection, the
+                      Jetson fixture root and `specfleet_expected_facts` (what
+                      `specfleet facts --root` reads from the unit's identity files)
+group_vars/all.yml    lab notes, the LAN image mirror, the stand-in model store and
+                      tiktoken files (lab/specfleet_lab/models.py), emulator settings
+group_vars/<class>.yml  `specfleet_model` per device class, as inventory/mixed does
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specfleet_lab.config import LabConfig
+from specfleet_lab.fixtures import FIXTURE_ROOT, identity_files
+from specfleet_lab.profiles import Unit
+
+DEVICE_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano", "dgx_spark")
+# The target each device class serves (same choices as inventory/mixed/group_vars).
+CLASS_MODELS = {
+    "thor": ("nvidia/Llama-3.1-8B-Instruct-FP4",
+             "Thor: FP4 weights with the EAGLE-3 head (19.1 -> 25.6 tok/s in Jetson AI Lab's GTC DC 2025 "
+             "Thor workshop)."),
+    "agx_orin": ("meta-llama/Llama-3.1-8B-Instruct",
+                 "AGX Orin 64 GB: Ampere has no FP4; BF16 target plus its EAGLE-3 head fit."),
+    "orin_nx": ("nvidia/Llama-3.1-8B-Instruct-FP8",
+                "Orin NX 16 GB: FP8 weights leave room for the KV cache and headroom."),
+    "orin_nano": ("meta-llama/Llama-3.2-1B-Instruct",
+                  "Orin Nano 8 GB: an 8B model does not fit with headroom; the 1B model."),
+    "dgx_spark": ("openai/gpt-oss-120b",
+                  "DGX Spark: the EAGLE-3 case of NVIDIA's DGX Spark speculative decoding playbook, "
+                  "gpt-oss-120b with its long-context head, in TensorRT-LLM."),
+}
+# Keys of `specfleet facts` output that describe the hardware (the inventories'
+# specfleet_expected_facts shape); the rest (compatible, module, paths) is not declared.
+EXPECTED_FACT_KEYS = ("device_class", "model", "sku", "memory_mb", "l4t", "jetpack", "cuda")
+# Emulator-only serving environment: every modelled duration x 0.05 (20x faster runs).
+EMULATOR_ENV = {"SPECFLEET_EMULATOR_TIME_SCALE": "0.05"}
+# Per class where that scale is too fast: gpt-oss-120b's ~26 ms emulated step would take
+# 1.3 ms of real time, below what the host's HTTP streaming keeps pace with (it, not the
+# model, is then measured) and loading the shared cores for every other unit; x 0.1 paces
+# it like a Thor at x 0.05. Server-side figures do not depend on the scale.
+CLASS_EMULATOR_ENV = {
+    "dgx_spark": {"SPECFLEET_EMULATOR_TIME_SCALE": "0.1"},
+}
+
+
+def ssh_common_args(cfg: LabConfig) -> str:
+    # Lab units get fresh host keys on every `lab up` at recycled addresses: host key
+    # checking would only produce "REMOTE HOST IDENTIFICATION HAS CHANGED". Lab only.
+    return (
+        "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        "-o LogLevel=ERROR -o IdentitiesOnly=yes"
+    )
+
+
+def host_vars(cfg: LabConfig, unit: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ansible_host": unit["address"],
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(cfg.ssh_key),
+        "ansible_ssh_common_args": ssh_common_args(cfg),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "specfleet_facts_root": FIXTURE_ROOT,
+        "specfleet_lab_kind": unit["kind_id"],
+        **({"specfleet_expected_facts": unit["expected_facts"]} if unit.get("expected_facts") else {}),
+    }
+
+
+def expected_facts(unit: Unit) -> dict[str, Any]:
+    """What `specfleet facts --root` prints for this unit's identity files, reduced to
+    the declared keys (read with the same parser, from a scratch copy of the files)."""
+    from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import paths_under, read_unit
+
+    with tempfile.TemporaryDirectory(prefix="sflab-facts-") as scratch:
+        for path, content in identity_files(unit).items():
+            if path.startswith(FIXTURE_ROOT + "/"):
+                target = Path(scratch) / path[len(FIXTURE_ROOT) + 1 :]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+        facts = read_unit(paths_under(scratch))
+    return {key: facts[key] for key in EXPECTED_FACT_KEYS}
+
+
+def inventory_data(cfg: LabConfig, units: list[dict[str, Any]]) -> dict[str, Any]:
+    children: dict[str, Any] = {}
+    for device_class in DEVICE_CLASSES:
+        members = [u for u in units if u["device_class"] == device_class]
+        if members:
+            children[device_class] = {"hosts": {u["name"]: host_vars(cfg, u) for u in members}}
+    return {"all": {"children": children}}
+
+
+def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = None) -> dict[str, Any]:
+    store = store or {}
+    data: dict[str, Any] = {
+        "specfleet_lab": True,
+        "specfleet_lab_emulated": True,
+        "specfleet_lab_note": (
+            "EMULATED Jetson and DGX Spark units: containers on the controller host with real "
+            "sshd, dockerd and networking; identity files (L4T, DGX OS), GPU, nvidia-container-runtime, "
+            "vLLM and trtllm-serve are lab emulations (no CUDA)."
+        ),
+        "specfleet_lab_profile": profile,
+        "specfleet_lab_registry_ca": "/etc/docker/certs.d/" + cfg.mirror + "/ca.crt",
+        "specfleet_image_mirror": cfg.mirror,
+    }
+    if store:
+        data.update(
+            {
+                "specfleet_hf_cache_store": str(store["hf_cache_store"]),
+                "specfleet_tiktoken_source_dir": str(store["tiktoken_source_dir"]),
+                "specfleet_tiktoken_encodings": store["tiktoken_encodings"],
+            }
+        )
+    data["specfleet_serve_extra_env"] = dict(EMULATOR_ENV)
+    data["specfleet_serve_ulimits"] = {"stack": "67108864:67108864"}
+    data["specfleet_bench_warmups"] = 1
+    data["specfleet_bench_max_tokens"] = 128
+    return data
+
+
+# Comments written above keys of group_vars/all.yml (PyYAML writes none).
+ALL_COMMENTS = {
+    "specfleet_image_mirror": "LAN registry on the controller holding the engine images (the vLLM emulator).",
+    "specfleet_hf_cache_store": (
+        "Stand-in models (config.json + filler, NOT real weights), hub layout with manifests;\n"
+        "written by `lab up` from specfleet/data/catalog.yml (lab/specfleet_lab/models.py)."
+    ),
+    "specfleet_tiktoken_source_dir": "Stand-in tiktoken encodings (generated content, NOT OpenAI's files).",
+    "specfleet_tiktoken_encodings": "sha256 of the stand-in files above, not of the real encodings.",
+    "specfleet_serve_ulimits": (
+        "LAB setting: this host lacks CAP_SYS_RESOURCE, so no container here may raise memlock to\n"
+        "unlimited (runc: 'error setting rlimit type 8'); units keep only the stack limit of NVIDIA's\n"
+        "recipes (--ulimit stack=67108864)."
+    ),
+    "specfleet_bench_warmups": "LAB setting: shorter benchmarks so a rehearsal of a whole fleet fits on one machine.",
+    "specfleet_bench_max_tokens": "LAB setting: see specfleet_bench_warmups.",
+    "specfleet_serve_extra_env": (
+        "EMULATOR setting (read only by the lab's vLLM emulator, ignored by vLLM): every modelled\n"
+        "duration (startup, token pacing) is slept x 0.05; server-side figures stay consistent."
+    ),
+}
+
+
+CLASS_COMMENTS = {
+    "specfleet_serve_extra_env": (
+        "EMULATOR setting: this class's emulated durations are slept x 0.1, not x 0.05: its fast model would\n"
+        "otherwise measure the host's HTTP streaming (lab/specfleet_lab/inventory.py CLASS_EMULATOR_ENV)."
+    ),
+}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Indents lists under their key (yamllint's default `indentation` rule)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def dump_with_comments(data: dict[str, Any], comments: dict[str, str]) -> str:
+    out = []
+    for key, value in data.items():
+        for line in comments.get(key, "").splitlines():
+            out.append(f"# {line}")
+        out.append(_dump({key: value}).rstrip("\n"))
+    return "\n".join(out) + "\n"
+
+
+def write_inventory(
+    cfg: LabConfig, profile: str, units: list[dict[str, Any]], store: dict[str, Any] | None = None
+) -> Path:
+    root = cfg.inventory_dir
+    (root / "group_vars").mkdir(parents=True, exist_ok=True)
+    header = "---\n# Written by `specfleet lab up`; rewritten on every up. Do not edit.\n"
+    hosts = root / "hosts.yml"
+    hosts.write_text(header + _dump(inventory_data(cfg, units)))
+    all_vars = root / "group_vars" / "all.yml"
+    all_vars.write_text(header + dump_with_comments(group_vars_all(cfg, profile, store), ALL_COMMENTS))
+    present = {u["device_class"] for u in units}
+    for device_class, (model, why) in CLASS_MODELS.items():
+        path = root / "group_vars" / f"{device_class}.yml"
+        if device_class in present:
+            data: dict[str, Any] = {"specfleet_model": model}
+            if device_class in CLASS_EMULATOR_ENV:
+                data["specfleet_serve_extra_env"] = {**EMULATOR_ENV, **CLASS_EMULATOR_ENV[device_class]}
+            path.write_text(header + f"# {why}\n" + dump_with_comments(data, CLASS_COMMENTS))
+        else:
+            path.unlink(missing_ok=True)
+    return hosts
+
+
+def remove_inventory(cfg: LabConfig) -> None:
+    group_vars = cfg.inventory_dir / "group_vars"
+    for path in (cfg.inventory_dir / "hosts.yml", group_vars / "all.yml",
+                 *(group_vars / f"{c}.yml" for c in CLASS_MODELS)):
+        path.unlink(missing_ok=True)
+    for directory in (cfg.inventory_dir / "group_vars", cfg.inventory_dir / "host_vars", cfg.inventory_dir):
+        if directory.exists() and not any(directory.iterdir()):
+            directory.rmdir()

@@ -1,0 +1,85 @@
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""One step of a unit's rollout: what it serves next, what it records (controller only).
+
+The decisions are pure functions in specfleet.rollout; this plugin hands them the step's
+inputs and the unit's rollout state (the fact ``specfleet_rollout``), and sets the new
+state as that fact. Its documentation is the doc-only module
+plugins/modules/specfleet_rollout.py, where ansible-doc reads it.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
+
+try:
+    from specfleet import rollout
+except ImportError as exc:
+    SPECFLEET_IMPORT_ERROR: ImportError | None = exc
+else:
+    SPECFLEET_IMPORT_ERROR = None
+
+STEPS = ("start", "earlier_did_not_start", "baseline_serving", "baseline_measured", "candidate_measured",
+         "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
+# What each step reads from its arguments (the rest comes from the unit's variables).
+ARGUMENTS = {
+    "start": ("record", "serve_env", "serve_mounts", "secret_env_names", "remeasure"),
+    "earlier_did_not_start": ("failure_class",),
+    "baseline_measured": ("bench",),
+    "candidate_measured": ("bench", "resolved_speculative_config"),
+    "failed": ("task", "result", "baseline_bench", "candidate_bench"),
+    "rollback_did_not_start": ("failure_class",),
+    "rollback": ("record",),
+}
+
+
+class ActionModule(ActionBase):
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        require_specfleet(SPECFLEET_IMPORT_ERROR)
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        step = self._task.args.get("step")
+        if step not in STEPS:
+            return {**result, "failed": True, "msg": f"step must be one of {', '.join(STEPS)}, got {step!r}"}
+        unknown = sorted(set(self._task.args) - {"step", *ARGUMENTS.get(step, ())})
+        if unknown:
+            return {**result, "failed": True, "msg": f"step {step} takes no {', '.join(unknown)}"}
+        args = {name: self._task.args.get(name) for name in ARGUMENTS.get(step, ())}
+        plan = self._templar.template(task_vars.get("specfleet_plan"))
+        if step != "rollback" and not plan:
+            return {**result, "failed": True, "msg": "run specfleet_plan before specfleet_rollout"}
+        state = self._templar.template(task_vars.get("specfleet_rollout")) if step not in ("start", "rollback") \
+            else None
+        if state is None and step not in ("start", "rollback"):
+            return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
+        run_id = task_vars.get("specfleet_run_id", "")
+        state = self._step(step, state, plan, args, task_vars, run_id)
+        if state["outcome"] is not None and plan:
+            host = task_vars["inventory_hostname"]
+            state["unit_record"] = rollout.unit_record(state, plan, host, run_id)
+            state["unit_record_path"] = rollout.unit_record_path(host, run_id)
+        return {**result, "changed": False, "ansible_facts": {"specfleet_rollout": state}}
+
+    def _step(self, step, state, plan, args, task_vars, run_id):
+        if step == "start":
+            return rollout.start(plan, args["record"], args["serve_env"] or {}, args["serve_mounts"] or [],
+                                 args["secret_env_names"] or [], bool(args["remeasure"]))
+        if step == "rollback":
+            return rollout.rollback(args["record"])
+        if step in ("earlier_did_not_start", "rollback_did_not_start"):
+            return getattr(rollout, step)(state, args["failure_class"] or "failed")
+        if step in ("baseline_serving", "rolled_back"):
+            return getattr(rollout, step)(state)
+        if step == "baseline_measured":
+            return rollout.baseline_measured(state, plan, args["bench"])
+        if step == "candidate_measured":
+            policy = self._templar.template(task_vars.get("specfleet_policy"))
+            return rollout.candidate_measured(state, plan, args["bench"], policy, args["resolved_speculative_config"])
+        if step == "failed":
+            return rollout.failed(state, args["task"] or "?", args["result"] or {}, args["baseline_bench"],
+                                  args["candidate_bench"])
+        return rollout.finish(state, run_id)

@@ -1,0 +1,130 @@
+# Copyright: specfleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Documentation of the specfleet_rollout action plugin (plugins/action/specfleet_rollout.py).
+
+ansible-doc reads a plugin's documentation from the module of its name; the action
+plugin does the work, on the controller.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: specfleet_rollout
+short_description: Take one step of a unit's rollout and say what it serves and records next
+description:
+  - Runs on the controller only. The rollout playbook sequences serve, bench, serve, bench,
+    decide and apply; at each step it calls this action with what happened, and the action
+    sets the fact C(specfleet_rollout), the unit's rollout state, from pure functions of the
+    C(specfleet) package (C(specfleet.rollout)).
+  - Reads the unit's C(specfleet_plan) (from M(specfleet.fleet.specfleet_plan)), its
+    C(specfleet_policy) (the gate's thresholds), C(specfleet_run_id) and the current
+    C(specfleet_rollout) state.
+  - C(start) places the plan's servings on the unit (environment, mounts, secret names),
+    reads the release record and finds an earlier decision for the candidate;
+    C(earlier_did_not_start) measures again when that decided serving no longer starts;
+    C(baseline_serving) makes the serving baseline the known-good unless another is;
+    C(baseline_measured) and C(candidate_measured) take the benches, the latter gating them
+    (keep, or serve the known-good again); C(failed) says why a step failed and starts the
+    rollback to the known-good; C(rollback_did_not_start) falls back to this run's measured
+    baseline, then to nothing; C(rolled_back) records what the rollback started; C(finish)
+    makes the unit's outcome and records the decision for the candidate.
+  - C(rollback) is the start of the playbook C(specfleet.fleet.rollback) (the record's known-good).
+version_added: "0.2.0"
+author: specfleet contributors (@specfleet)
+requirements:
+  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
+options:
+  step:
+    description: The step that just happened, or the one to take.
+    type: str
+    required: true
+    choices: [start, earlier_did_not_start, baseline_serving, baseline_measured, candidate_measured, failed,
+              rollback_did_not_start, rolled_back, finish, rollback]
+  record:
+    description: The unit's release record as read (empty when it has none); C(start) and C(rollback).
+    type: str
+  serve_env:
+    description: The serving container's environment; C(start).
+    type: dict
+  serve_mounts:
+    description: The serving container's mounts, C(HOST:CONTAINER); C(start).
+    type: list
+    elements: str
+  secret_env_names:
+    description: Names of the secret variables the container gets (never their values); C(start).
+    type: list
+    elements: str
+  remeasure:
+    description: Measure again even when an earlier run decided for the same candidate; C(start).
+    type: bool
+    default: false
+  failure_class:
+    description: Why the serving did not start (the launch module's class);
+      C(earlier_did_not_start) and C(rollback_did_not_start).
+    type: str
+  bench:
+    description: The M(specfleet.fleet.spec_bench) result that completed;
+      C(baseline_measured) and C(candidate_measured).
+    type: dict
+  resolved_speculative_config:
+    description: The speculative config vLLM logged it resolved, for the report; C(candidate_measured).
+    type: dict
+  task:
+    description: The name of the task that failed; C(failed).
+    type: str
+  result:
+    description: The failed task's result; C(failed).
+    type: dict
+  baseline_bench:
+    description: The baseline's bench as registered (a failed one included), for the report; C(failed).
+    type: dict
+  candidate_bench:
+    description: The candidate's bench as registered (a failed one included), for the report; C(failed).
+    type: dict
+extends_documentation_fragment:
+  - specfleet.fleet.attributes
+  - specfleet.fleet.attributes.action
+  - specfleet.fleet.attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Computes the next state only; C(changed) is always false.
+"""
+
+EXAMPLES = r"""
+- name: Start from the plan, the record and any earlier decision for this candidate
+  specfleet.fleet.specfleet_rollout:
+    step: start
+    record: "{{ specfleet_release_raw.content | default('') | b64decode }}"
+    serve_env: "{{ specfleet_serve_env }}"
+    serve_mounts: "{{ specfleet_serve_mounts }}"
+    secret_env_names: "{{ specfleet_secret_env_names }}"
+
+- name: Serve the baseline
+  ansible.builtin.include_role:
+    name: specfleet.fleet.specfleet_serve
+  vars:
+    specfleet_serve_spec: "{{ specfleet_rollout.baseline }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts for the host.
+  returned: success
+  type: dict
+  contains:
+    specfleet_rollout:
+      description:
+        - The unit's rollout state. C(record) is the release record to save; C(baseline) and
+          C(candidate) the servings placed on the unit; C(serve) the serving to start next
+          (null for none); C(outcome) the unit's result so far and C(unit_record) its file
+          for the report; C(done) means nothing more to measure, C(failed) that the unit
+          counts as failed.
+      returned: success
+      type: dict
+"""

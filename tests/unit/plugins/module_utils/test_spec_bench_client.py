@@ -1,0 +1,403 @@
+"""spec_bench_client: SSE parsing, timings, usage tokens, metrics deltas, request bodies."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
+from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_prompts as prompts
+
+
+def sse(*payloads) -> bytes:
+    return b"".join(
+        f"data: {p if isinstance(p, str) else json.dumps(p)}\n\n".encode() for p in payloads
+    )
+
+
+def chat_chunk(content=None, role=None, finish=None):
+    delta = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+USAGE = {"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9,
+                                                                     "total_tokens": 21}}
+
+
+# --- SSE --------------------------------------------------------------------------------------
+
+
+def test_sse_parser_handles_split_reads_crlf_comments_and_multiline_data():
+    parser = client.SSEParser()
+    stream = b": keep-alive\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nevent: x\ndata: [DONE]\n\n"
+    events = []
+    for i in range(0, len(stream), 3):  # three bytes at a time
+        events += parser.feed(stream[i : i + 3])
+    assert events == ['{"a":\n1}', "[DONE]"]
+    assert json.loads(events[0]) == {"a": 1}
+
+
+def test_sse_parser_flushes_an_unterminated_event_on_close():
+    parser = client.SSEParser()
+    assert parser.feed(b"data: [DONE]") == []
+    assert parser.close() == ["[DONE]"]
+
+
+# --- one stream ------------------------------------------------------------------------------
+
+
+def feed(state: client.StreamState, timed_payloads):
+    parser = client.SSEParser()
+    for at, payload in timed_payloads:
+        for data in parser.feed(sse(payload)):
+            state.on_event(data, at)
+
+
+def test_ttft_is_first_content_chunk_and_tokens_come_from_usage_not_chunks():
+    state = client.StreamState(sent_at=10.0)
+    feed(
+        state,
+        [
+            (10.050, chat_chunk("", role="assistant")),  # role chunk: no content, not TTFT
+            (10.100, chat_chunk("Hello")),  # first content: TTFT 100 ms
+            (10.130, chat_chunk(" big multi-token")),  # one chunk, several tokens (a spec step)
+            (10.200, chat_chunk(" world", finish="length")),
+            (10.210, USAGE),  # usage-only chunk does not extend E2E
+            (10.220, "[DONE]"),
+        ],
+    )
+    result = client.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens, state.prompt_tokens,
+                                  state.text, state.finish_reason)
+    assert state.done and state.error is None
+    assert result.text == "Hello big multi-token world"
+    assert result.ttft_s == pytest.approx(0.100)
+    assert result.e2e_s == pytest.approx(0.200)
+    assert result.itl_s == pytest.approx([0.030, 0.070])  # per chunk gaps
+    assert result.completion_tokens == 9  # 3 content chunks, 9 tokens
+    assert result.tpot_s == pytest.approx((0.200 - 0.100) / (9 - 1))
+    assert result.finish_reason == "length"
+
+
+def test_empty_text_chunks_are_tokens_so_tpot_spans_every_usage_token():
+    # vLLM streams one chunk per engine output; a token whose text the detokenizer holds
+    # back (half a UTF-8 character) or skips (special token) arrives as content "". Usage
+    # counts it, so TTFT and E2E must be timed on it: timing only non-empty chunks made
+    # TPOT = (E2E - TTFT) / (tokens - 1) span fewer tokens than it divides by (issue 5).
+    state = client.StreamState(sent_at=10.0)
+    feed(
+        state,
+        [
+            (10.050, chat_chunk("", role="assistant")),  # role announcement: not a token
+            (10.100, chat_chunk("")),  # first token, text held back: TTFT 100 ms
+            (10.110, chat_chunk("\u00e9")),
+            (10.120, chat_chunk("a")),
+            (10.130, chat_chunk("")),  # skipped special token
+            (10.140, {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),  # last token
+            (10.150, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}),
+            (10.160, "[DONE]"),
+        ],
+    )
+    result = client.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens, state.prompt_tokens,
+                                  state.text, state.finish_reason)
+    assert result.text == "\u00e9a"
+    assert result.ttft_s == pytest.approx(0.100)
+    assert result.e2e_s == pytest.approx(0.140)
+    assert result.itl_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
+    assert result.tpot_s == pytest.approx(0.040 / 4)  # content chunks only would give 0.010 / 4
+    assert result.finish_reason == "length"
+    # A role chunk that already carries text is the first token chunk.
+    state = client.StreamState(sent_at=0.0)
+    feed(state, [(0.2, chat_chunk("Hi", role="assistant")), (0.3, chat_chunk("!"))])
+    assert state.chunk_times == [0.2, 0.3]
+
+
+def test_completions_stream_uses_text_field():
+    state = client.StreamState(sent_at=0.0)
+    feed(
+        state,
+        [
+            (0.1, {"object": "text_completion", "choices": [{"index": 0, "text": "ab"}]}),
+            (0.2, {"object": "text_completion", "choices": [{"index": 0, "text": "cd", "finish_reason": "stop"}]}),
+            (0.3, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+            (0.3, "[DONE]"),
+        ],
+    )
+    assert state.text == "abcd" and state.completion_tokens == 4 and len(state.chunk_times) == 2
+
+
+def test_tpot_needs_more_than_one_token():
+    assert client.tpot(0.1, 0.1, 1) is None
+    assert client.tpot(0.1, 0.5, None) is None
+    assert client.tpot(None, 0.5, 10) is None
+    assert client.tpot(0.1, 0.5, 5) == pytest.approx(0.1)
+
+
+def test_error_event_mid_stream_is_recorded():
+    state = client.StreamState(sent_at=0.0)
+    feed(state, [(0.1, chat_chunk("x")), (0.2, {"error": {"message": "engine dead", "type": "InternalServerError"}})])
+    assert state.error is not None
+    assert state.error.error_class == client.STREAM_ERROR
+    assert "engine dead" in state.error.message
+
+
+# --- request bodies --------------------------------------------------------------------------
+
+
+def test_request_body_is_greedy_streaming_with_usage_and_never_min_p_or_logit_bias():
+    body = client.build_request_body("chat", "m", "hi", 64, 42)
+    assert body["temperature"] == 0.0 and body["top_p"] == 1.0 and body["seed"] == 42
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 64 and body["messages"] == [{"role": "user", "content": "hi"}]
+    assert "min_p" not in body and "logit_bias" not in body
+    completion = client.build_request_body("completion", "m", "hi", 8, 1)
+    assert completion["prompt"] == "hi" and "min_p" not in completion and "logit_bias" not in completion
+
+
+@pytest.mark.parametrize("param", ["min_p", "logit_bias"])
+def test_forbidden_parameters_are_refused(param):
+    body = {**client.build_request_body("chat", "m", "hi", 8, 1), param: 0.1 if param == "min_p" else {"1": 5}}
+    with pytest.raises(ValueError, match=param):
+        client.check_body(body)
+    endpoint = client.Endpoint.parse("http://127.0.0.1:9")
+    with pytest.raises(ValueError, match=param):
+        client.stream_request(endpoint, client.CHAT_PATH, body, timeout=1)
+    with pytest.raises(ValueError, match=param):
+        client.run_batch(endpoint, client.CHAT_PATH, [body], 1, timeout=1)
+
+
+# --- against a scripted HTTP server ------------------------------------------------------------
+
+
+class Scripted(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    bodies: list = []
+    mode = "ok"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):  # noqa: N802
+        raw = self.rfile.read(int(self.headers["content-length"]))
+        type(self).bodies.append(json.loads(raw))
+        if self.mode == "http400":
+            body = json.dumps({"error": {"message": "bad max_tokens", "type": "BadRequestError", "code": 400}})
+            self.send_response(400)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.wfile.write(sse(chat_chunk("", role="assistant"), chat_chunk("one two")))
+        self.wfile.flush()
+        if self.mode == "reset":
+            return  # close before [DONE]: the server went away
+        if self.mode == "stall":
+            time.sleep(3)
+            return
+        time.sleep(0.02)
+        usage = {**USAGE, "usage": {"completion_tokens": 3}}
+        self.wfile.write(sse(chat_chunk(" three", finish="stop"), usage, "[DONE]"))
+
+
+@pytest.fixture
+def scripted():
+    Scripted.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def call(server, mode, timeout=2.0, deadline=None):
+    Scripted.mode = mode
+    endpoint = client.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}", api_key="k")
+    body = client.build_request_body("chat", "m", "hi", 16, 7)
+    return client.stream_request(endpoint, client.CHAT_PATH, body, timeout, deadline)
+
+
+def test_wire_request_and_good_stream(scripted):
+    result = call(scripted, "ok")
+    assert result.ok, result.error
+    assert result.text == "one two three" and result.completion_tokens == 3
+    assert result.ttft_s is not None and result.e2e_s >= result.ttft_s + 0.015
+    sent = Scripted.bodies[-1]
+    assert "min_p" not in sent and "logit_bias" not in sent
+    assert sent["temperature"] == 0.0 and sent["top_p"] == 1.0 and sent["stream_options"]["include_usage"] is True
+
+
+def test_http_error_json_is_reported(scripted):
+    result = call(scripted, "http400")
+    assert result.error_class == client.HTTP_ERROR
+    assert result.error == "HTTP 400 BadRequestError: bad max_tokens"
+
+
+def test_stream_closed_before_done_is_a_connection_error(scripted):
+    result = call(scripted, "reset")
+    assert result.error_class == client.CONNECTION_ERROR
+    assert result.text == "one two"  # what arrived is kept
+
+
+def test_stalled_stream_times_out_in_bounded_time(scripted):
+    started = time.monotonic()
+    result = call(scripted, "stall", timeout=0.4)
+    assert result.error_class == client.TIMEOUT
+    assert "after 1 token chunks" in result.error
+    assert time.monotonic() - started < 1.5
+    started = time.monotonic()
+    result = call(scripted, "stall", timeout=5.0, deadline=time.monotonic() + 0.3)
+    assert result.error_class == client.DEADLINE and time.monotonic() - started < 1.5
+
+
+def test_connection_refused():
+    endpoint = client.Endpoint.parse("http://127.0.0.1:9")
+    result = client.stream_request(endpoint, client.CHAT_PATH, client.build_request_body("chat", "m", "x", 4, 1), 1)
+    assert result.error_class == client.CONNECTION_ERROR
+
+
+def test_batch_stops_after_the_first_failure(scripted):
+    Scripted.mode = "http400"
+    endpoint = client.Endpoint.parse(f"http://127.0.0.1:{scripted.server_address[1]}")
+    bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(6)]
+    batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 1, timeout=2)
+    assert [r.error_class for r in batch.results] == [client.HTTP_ERROR] + [client.NOT_SENT] * 5
+    assert len(Scripted.bodies) == 1
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+METRICS_BEFORE = """# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="llama"} 100.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="llama"} 1.7e+09
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="llama"} 500.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="llama"} 150.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama",position="0"} 60.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama",position="1"} 40.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama",position="2"} 25.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama",position="3"} 15.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="llama",position="4"} 10.0
+vllm:generation_tokens_total{engine="0",model_name="llama"} 900.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="llama"} 0.0
+"""
+
+
+def after_metrics(drafts, draft_tokens, accepted, per_pos):
+    lines = [
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="llama"}} {100 + drafts}',
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="llama"}} {500 + draft_tokens}',
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="llama"}} {150 + accepted}',
+    ]
+    base = [60, 40, 25, 15, 10]
+    for i, value in enumerate(per_pos):
+        lines.append(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="llama",position="{i}"}} '
+            f"{base[i] + value}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_prometheus_parser_reads_labels_and_skips_comments():
+    samples = client.parse_prometheus(METRICS_BEFORE + 'x{a="q\\"uote",b="c"} 3 1700000000\n')
+    names = [s[0] for s in samples]
+    assert "vllm:spec_decode_num_drafts_total" in names and not any(n.startswith("#") for n in names)
+    assert samples[-1] == ("x", {"a": 'q"uote', "b": "c"}, 3.0)
+
+
+def test_acceptance_from_counter_deltas():
+    before = client.spec_decode_counters(METRICS_BEFORE)
+    after = client.spec_decode_counters(after_metrics(200, 1000, 357, [100, 84, 70, 57, 46]))
+    assert before["drafts"] == 100 and before["per_position"][4] == 10
+    acceptance = client.acceptance(client.counter_delta(before, after))
+    assert acceptance["drafts"] == 200 and acceptance["draft_tokens"] == 1000 and acceptance["accepted"] == 357
+    assert acceptance["rate"] == pytest.approx(357 / 1000)
+    assert acceptance["mean_length"] == pytest.approx(1 + 357 / 200)
+    assert acceptance["per_position"] == pytest.approx([0.5, 0.42, 0.35, 0.285, 0.23])
+
+
+def test_no_spec_counters_means_null_not_zero():
+    baseline = 'vllm:generation_tokens_total{engine="0",model_name="llama"} 10.0\n'
+    assert client.spec_decode_counters(baseline) is None
+    assert client.counter_delta(None, None) is None
+    assert client.acceptance(None) is None
+    assert client.add_deltas([None, None]) is None
+
+
+def test_counters_sum_engines_and_filter_by_model():
+    text = (
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="a"} 4\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="a"} 6\n'
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="b"} 100\n'
+    )
+    assert client.spec_decode_counters(text)["drafts"] == 110
+    assert client.spec_decode_counters(text, "a")["drafts"] == 10
+    assert client.spec_decode_counters(text, "unknown")["drafts"] == 110  # label not served: all
+
+
+def test_zero_drafts_gives_null_ratios():
+    counters = client.spec_decode_counters(METRICS_BEFORE)
+    acceptance = client.acceptance(client.counter_delta(counters, counters))
+    assert acceptance["rate"] is None and acceptance["mean_length"] is None and acceptance["drafts"] == 0
+
+
+# --- statistics and aggregation ----------------------------------------------------------------
+
+
+def test_percentiles_match_numpy_linear():
+    values = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert client.percentile(values, 50) == 3.0
+    assert client.percentile(values, 90) == pytest.approx(7.6)
+    assert client.summarize(values, 1000.0) == {"p50": 3000.0, "p90": 7600.0, "mean": 4000.0}
+    assert client.summarize([]) == {"p50": None, "p90": None, "mean": None}
+    assert client.spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+
+
+def request(index, sent, times, tokens, text="t"):
+    return client.RequestResult(index, sent, times, tokens, 5, text, "length")
+
+
+def test_aggregate_per_run_throughput_and_pooled_latencies():
+    run1 = client.BatchResult([request(0, 0.0, [0.1, 0.2, 0.3], 5), request(1, 0.3, [0.4, 0.6], 5)], 1.0, 1)
+    run2 = client.BatchResult([request(0, 0.0, [0.1, 0.3, 0.5], 5), request(1, 0.5, [0.6, 0.8], 5)], 2.0, 1)
+    delta = {"drafts": 10.0, "draft_tokens": 50.0, "accepted": 20.0, "per_position": {0: 8.0, 1: 6.0}}
+    cell = client.aggregate([run1, run2], [delta, delta])
+    assert cell["throughput_tok_s"] == {"median": 7.5, "runs": [10.0, 5.0], "spread": pytest.approx(5 / 7.5, abs=1e-4)}
+    assert cell["runs"][0]["tpot_p50_ms"] == pytest.approx(50.0)  # (0.2/4, 0.2/4)
+    assert cell["ttft_ms"]["p50"] == pytest.approx(100.0)
+    assert cell["output_tokens"] == 20 and cell["requests"] == 4 and cell["failed_requests"] == 0
+    assert cell["acceptance"] == {"rate": 0.4, "mean_length": 3.0, "per_position": [0.8, 0.6], "drafts": 20,
+                                  "draft_tokens": 100, "accepted": 40}
+    assert cell["runs"][0]["output_hash"] == client.output_hash(["t", "t"])
+
+
+def test_output_hash_is_order_and_boundary_sensitive():
+    assert client.output_hash(["ab", "c"]) != client.output_hash(["a", "bc"])
+    assert client.output_hash(["a", "b"]) != client.output_hash(["b", "a"])
+
+
+# --- prompts ------------------------------------------------------------------------------------
+
+
+def test_prompt_sets_are_fixed_and_named():
+    assert prompts.WORKLOADS == ("code_edit", "chat")
+    code = prompts.prompts("code_edit")
+    chat = prompts.prompts("chat")
+    assert len(code) == 8 and len(chat) == 8
+    assert all("docstrings and type hints" in p and "```python" in p and p.count("\n") >= 25 for p in code)
+    assert all("300 words" in p for p in chat)
+    assert len(set(code)) == 8 and len(set(chat)) == 8
+    with pytest.raises(KeyError, match="known"):
+        prompts.prompts("poetry")

@@ -1,0 +1,278 @@
+"""The serving plan, table-driven over the fixture units and the catalog."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specfleet import policy as policy_module
+from specfleet import serving
+from specfleet.catalog import load_catalog
+from specfleet.plan import expectation_mismatches, mirrored, select_image
+from tests.conftest import plan_for
+
+CATALOG = load_catalog()
+
+
+@pytest.mark.parametrize(
+    ("fixture", "model", "image", "method", "tokens", "util"),
+    [
+        ("thor-r38", "nvidia/Llama-3.1-8B-Instruct-FP4", "vllm/vllm-openai:v0.20.2", "eagle3", 5, 0.80),
+        ("thor-r38", "openai/gpt-oss-120b", "vllm/vllm-openai:v0.20.2", "eagle3", 5, 0.80),
+        ("thor-r38", "Qwen/Qwen3-8B", "vllm/vllm-openai:v0.20.2", "draft_model", 5, 0.80),
+        ("agx-orin-64gb-r36", "meta-llama/Llama-3.1-8B-Instruct",
+         "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "eagle3", 3, 0.80),
+        ("agx-orin-64gb-r39", "meta-llama/Llama-3.1-8B-Instruct", "vllm/vllm-openai:v0.20.2", "eagle3", 3, 0.80),
+        ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP8",
+         "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "ngram", 3, 0.75),
+        ("orin-nano-8gb-r36", "meta-llama/Llama-3.2-1B-Instruct",
+         "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "ngram", 3, 0.65),
+    ],
+)
+def test_plan_per_unit(unit_facts, fixture, model, image, method, tokens, util):
+    plan = plan_for(unit_facts(fixture), model)
+    assert not plan["refused"], plan["reasons"]
+    assert (plan["image"], plan["speculative"]["method"], plan["speculative"]["num_speculative_tokens"],
+            plan["gpu_memory_utilization"]) == (image, method, tokens, util)
+    # The baseline is the known-good serving: same model, no speculation, 0.05 more memory.
+    assert plan["baseline_serving"]["speculative_config"] is None
+    assert "--speculative-config" not in serving.argv(plan["baseline_serving"])
+    assert plan["baseline_gpu_memory_utilization"] == pytest.approx(util + 0.05)
+    # The command line carries the plan's speculative config, as vLLM reads it.
+    argv = serving.argv(plan["serving"])
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == plan["speculative"]
+    assert argv[:3] == ["vllm", "serve", CATALOG.model(model).repo]
+    assert (plan["serving"]["kind"], plan["baseline_serving"]["kind"]) == ("speculative", "baseline")
+    assert plan["serving"]["image"] == plan["baseline_serving"]["image"] == image
+
+
+def test_vllm_command_lines(unit_facts):
+    """The whole command line of each variant, flag by flag in the order vLLM gets them."""
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4")
+    common = ["--max-model-len", "8192", "--max-num-seqs", "8", "--seed", "42"]
+    assert serving.argv(plan["serving"]) == [
+        "vllm", "serve", "nvidia/Llama-3.1-8B-Instruct-FP4", "--host", "0.0.0.0", "--port", "8000",
+        "--gpu-memory-utilization", "0.80", *common, "--speculative-config",
+        # Keys sorted: equal configs render equally, however they travelled (serving.flag_text).
+        '{"draft_tensor_parallel_size":1,"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",'
+        '"num_speculative_tokens":5}',
+    ]
+    assert serving.argv(plan["baseline_serving"]) == [
+        "vllm", "serve", "nvidia/Llama-3.1-8B-Instruct-FP4", "--host", "0.0.0.0", "--port", "8000",
+        "--gpu-memory-utilization", "0.85", *common,
+    ]
+    assert serving.files(plan["serving"]) == {} and serving.files(plan["baseline_serving"]) == {}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "model", "reason"),
+    [
+        ("orin-nano-8gb-r36", "meta-llama/Llama-3.2-1B-Instruct",
+         "EAGLE-3 not allowed on orin_nano: not enough memory"),
+        ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP8", "EAGLE-3 not allowed on orin_nx"),
+        ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP8", "draft model does not fit on orin_nx"),
+        ("thor-r38", "Qwen/Qwen3-8B", "no EAGLE-3 head in the catalog for Qwen/Qwen3-8B"),
+    ],
+)
+def test_downgrades_carry_reasons(unit_facts, fixture, model, reason):
+    plan = plan_for(unit_facts(fixture), model)
+    assert not plan["refused"]
+    assert any(reason in line for line in plan["reasons"]), plan["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "model", "reason"),
+    [
+        ("orin-nano-8gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP8", "does not fit"),
+        ("orin-nano-8gb-r36", "openai/gpt-oss-120b", "does not fit"),
+        ("agx-orin-64gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP4", "FP4, which agx_orin cannot run"),
+        ("orin-nx-16gb-r36", "Qwen/Qwen3-8B", "does not fit"),
+        ("x86-server", "nvidia/Llama-3.1-8B-Instruct-FP4", "not a recognised Jetson"),
+    ],
+)
+def test_refusals_carry_reasons(unit_facts, fixture, model, reason):
+    plan = plan_for(unit_facts(fixture), model)
+    assert plan["refused"] and plan["serving"] is None and plan["baseline_serving"] is None
+    assert any(reason in line for line in plan["reasons"]), plan["reasons"]
+
+
+def test_jetpack5_has_no_image(unit_facts):
+    facts = {**unit_facts("agx-orin-64gb-r36"), "l4t": "35.6.0", "jetpack": "5.1.4", "cuda": "11.4"}
+    plan = plan_for(facts, "meta-llama/Llama-3.1-8B-Instruct")
+    assert plan["refused"] and "no vLLM image for agx_orin on L4T 35.6.0" in plan["reasons"][0]
+
+
+def test_memory_too_tight_for_any_speculator_serves_baseline(unit_facts):
+    plan = plan_for(unit_facts("orin-nano-8gb-r36"), "meta-llama/Llama-3.2-1B-Instruct",
+                    specfleet_spec_methods=["eagle3", "draft_model"])
+    assert plan["speculative"] is None
+    # The serving slot holds the baseline: same flags, no speculation, the same command line.
+    assert plan["serving"] == {**plan["baseline_serving"], "kind": "speculative"}
+    assert serving.argv(plan["serving"]) == serving.argv(plan["baseline_serving"])
+    assert serving.speculation(plan["serving"]) == {"method": None, "num_speculative_tokens": None}
+    assert "no speculative method fits" in plan["reasons"][-1]
+
+
+def test_token_counts_come_from_policy(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_spec_tokens={"thor": 7})
+    assert plan["speculative"]["num_speculative_tokens"] == 7
+
+
+def test_token_counts_by_method_apply_to_a_vllm_plan(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_spec_tokens_by_method={"thor": {"eagle3": 2}})
+    assert plan["speculative"]["method"] == "eagle3", plan["reasons"]
+    assert plan["speculative"]["num_speculative_tokens"] == 2
+    argv = serving.argv(plan["serving"])
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"] == 2
+    # Only the named method: n-gram on the same class keeps the class's count.
+    ngram = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4", specfleet_spec_methods=["ngram"],
+                     specfleet_spec_tokens_by_method={"thor": {"eagle3": 2}})
+    assert ngram["speculative"]["num_speculative_tokens"] == 5
+
+
+def test_ngram_config_has_lookup_window(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_spec_methods=["ngram"])
+    assert plan["speculative"] == {"method": "ngram", "num_speculative_tokens": 5,
+                                   "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+
+
+@pytest.mark.parametrize(
+    ("ref", "mirror", "expected"),
+    [
+        ("vllm/vllm-openai:v0.20.2", None, "vllm/vllm-openai:v0.20.2"),
+        ("vllm/vllm-openai:v0.20.2", "10.0.0.1:5000", "10.0.0.1:5000/vllm/vllm-openai:v0.20.2"),
+        ("ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "registry.lan",
+         "registry.lan/nvidia-ai-iot/vllm:latest-jetson-orin"),
+        ("nvcr.io/nvidia/vllm:26.05-py3", "registry.lan:5000", "registry.lan:5000/nvidia/vllm:26.05-py3"),
+        ("localhost/specfleet/engine:1", "m:5000", "m:5000/specfleet/engine:1"),
+    ],
+)
+def test_mirror_rewrites_the_registry(ref, mirror, expected):
+    assert mirrored(ref, mirror) == expected
+
+
+def test_mirror_reaches_the_plan(unit_facts):
+    plan = plan_for(unit_facts("agx-orin-64gb-r36"), "meta-llama/Llama-3.1-8B-Instruct",
+                    specfleet_image_mirror="registry.lan:5000")
+    assert plan["image"] == "registry.lan:5000/nvidia-ai-iot/vllm:latest-jetson-orin"
+
+
+# Image-matrix invariants, over every class and every L4T release the facts table knows.
+L4T_BY_CLASS = {
+    "thor": ["38.1.0", "38.2.0", "38.4.0", "39.2.0"],
+    "agx_orin": ["35.6.0", "36.3.0", "36.4.3", "36.4.7", "36.5.0", "39.2.0"],
+    "orin_nx": ["36.4.3", "39.2.0"],
+    "orin_nano": ["36.4.7", "39.2.0"],
+}
+CUDA = {"35": "11.4", "36": "12.6", "38": "13.0", "39": "13.2"}
+
+
+@pytest.mark.parametrize(
+    ("device_class", "l4t"), [(c, v) for c, versions in L4T_BY_CLASS.items() for v in versions]
+)
+def test_image_matrix_invariants(device_class, l4t):
+    image = select_image(CATALOG, device_class, l4t, CUDA[l4t.split(".")[0]])
+    if image is None:
+        assert l4t.startswith("35.") or l4t == "36.3.0"
+        return
+    assert device_class in image.classes
+    if device_class == "thor":
+        assert "orin" not in image.ref, "never an Orin image on Thor"
+    if l4t.startswith("36."):
+        assert not image.cuda.startswith("13"), "never a CUDA 13 image on JetPack 6"
+    if l4t.startswith(("38.", "39.")):
+        assert image.vllm_version and tuple(map(int, image.vllm_version.split(".")[:2])) >= (0, 20)
+
+
+def test_catalog_has_the_seed_models_and_sources():
+    for repo in ("meta-llama/Llama-3.1-8B-Instruct", "nvidia/Llama-3.1-8B-Instruct-FP8",
+                 "nvidia/Llama-3.1-8B-Instruct-FP4", "openai/gpt-oss-20b", "openai/gpt-oss-120b",
+                 "Qwen/Qwen3-8B"):
+        model = CATALOG.model(repo)
+        assert model is not None and model.weights_gib > 0 and model.source
+    assert CATALOG.model("nvidia/Llama-3.1-8B-Instruct-FP4").eagle3 == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert CATALOG.model("openai/gpt-oss-120b").eagle3 == "nvidia/gpt-oss-120b-Eagle3-long-context"
+    assert CATALOG.model("openai/gpt-oss-120b").needs_tiktoken
+    for model in CATALOG.models:
+        for draft in model.draft_models:
+            assert CATALOG.model(draft).vocab_size == model.vocab_size, "draft shares the tokenizer"
+
+
+def test_expectation_mismatch():
+    assert expectation_mismatches({"device_class": "agx_orin", "l4t": "36.4.3"},
+                                  {"device_class": "thor", "l4t": "36.4.3"}) == [
+        "device_class is 'agx_orin', the inventory expects 'thor'"]
+    assert expectation_mismatches({"device_class": "thor"}, None) == []
+
+
+LAB_CPU_POLICY = {
+    "specfleet_image": "lab-vllm-cpu-0.32",
+    "specfleet_class_precisions": {"orin_nx": ["fp32"]},
+    "specfleet_max_model_len": {"orin_nx": 1024},
+    "specfleet_serve_extra_args": ["--dtype", "float32", "--enforce-eager"],
+}
+
+
+@pytest.mark.parametrize(
+    ("methods", "expected"),
+    [
+        (["draft_model"], {"method": "draft_model", "model": "specfleet/tiny-llama-draft-copy"}),
+        (["ngram"], {"method": "ngram"}),
+    ],
+)
+def test_pinned_lab_image_serves_the_tiny_model(unit_facts, methods, expected):
+    plan = plan_for(unit_facts("orin-nx-16gb-r36"), "specfleet/tiny-llama", specfleet_spec_methods=methods,
+                    **LAB_CPU_POLICY)
+    assert not plan["refused"], plan["reasons"]
+    assert plan["image"] == "specfleet-lab/vllm-cpu:0.32.0"
+    assert expected.items() <= plan["speculative"].items()
+    # The extra args close both commands, after everything the plan sets.
+    for spec in (plan["serving"], plan["baseline_serving"]):
+        assert spec["extra_flags"] == [["--dtype", "float32"], ["--enforce-eager", None]]
+        assert serving.argv(spec)[-3:] == ["--dtype", "float32", "--enforce-eager"]
+        assert serving.flag_value(spec, "--max-model-len") == "1024"
+
+
+def test_pin_only_image_is_never_matched(unit_facts):
+    for fixture in ("thor-r38", "agx-orin-64gb-r36", "agx-orin-64gb-r39", "orin-nx-16gb-r36"):
+        facts = unit_facts(fixture)
+        image = select_image(CATALOG, facts["device_class"], facts["l4t"], facts.get("cuda"))
+        assert image is not None and not image.pin_only
+
+
+def test_pinned_image_that_does_not_fit_is_refused(unit_facts):
+    # The JetPack 6 image pinned on Thor: the pin names it, the class check still applies.
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_image="jetson-ai-lab-orin-jp6")
+    assert plan["refused"]
+    assert any("pinned image 'jetson-ai-lab-orin-jp6' (specfleet_image) does not run on thor" in r
+               for r in plan["reasons"]), plan["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"specfleet_image": "no-such-image"}, "specfleet_image: must be an image name from images.yml"),
+        ({"specfleet_image": ["lab-vllm-cpu-0.32"]}, "specfleet_image: must be an image name"),
+        ({"specfleet_serve_extra_args": "--enforce-eager"}, "specfleet_serve_extra_args: must be a list"),
+        ({"specfleet_serve_extra_args": ["--enforce-eager", 3]}, "specfleet_serve_extra_args: must be a list"),
+        ({"specfleet_serve_extra_args": ["--port", "9000"]}, "specfleet_serve_extra_args: --port is set by the plan"),
+        ({"specfleet_serve_extra_args": ["--speculative-config={}"]},
+         "specfleet_serve_extra_args: --speculative-config is set by the plan"),
+    ],
+)
+def test_pin_and_extra_args_are_validated(overrides, message):
+    problems = policy_module.validate(policy_module.merge(overrides), CATALOG)
+    assert any(problem.startswith(message) for problem in problems), problems
+
+
+def test_gated_repos_come_from_the_catalog():
+    from specfleet.catalog import load_catalog
+
+    repos = ["meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+             "nvidia/Llama-3.1-8B-Instruct-FP4", "meta-llama/Llama-3.2-1B-Instruct", "someone/not-in-catalog"]
+    assert load_catalog().gated(repos) == ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"]

@@ -1,0 +1,143 @@
+"""Fleet report rendering and the unit's release record (pure functions)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+from specfleet import gate, release, report, serving
+
+
+def bench(throughput: float, tpot: float, acceptance=None) -> dict:
+    cell = {"throughput_tok_s": {"median": throughput, "runs": [throughput] * 3, "spread": 0.0},
+            "tpot_ms": {"p50": tpot, "p90": tpot, "mean": tpot}, "acceptance": acceptance}
+    return {"ok": True, "results": {"code_edit": {"c1": cell, "c8": cell}}}
+
+
+def judged(record: dict) -> dict:
+    """A record as the rollout writes it: the gate's own figures beside the two benches."""
+    return {**record, "figures": gate.decide(record["baseline"], record["speculative"], {})["figures"]}
+
+
+RECORDS = [
+    judged({"host": "thor-01", "device_class": "thor", "decision": "kept", "method": "eagle3",
+            "num_speculative_tokens": 5, "serving": "speculative",
+            "reasons": ["keep speculation: every gated check passed"], "baseline": bench(19.1, 52.0),
+            "speculative": bench(25.6, 38.0, {"rate": 0.5, "mean_length": 3.5, "per_position": [0.8, 0.6, 0.5]})}),
+    judged({"host": "orinnano-01", "device_class": "orin_nano", "decision": "reverted", "method": "ngram",
+            "serving": "baseline", "reasons": ["revert to the baseline: 1 check(s) failed"],
+            "baseline": bench(40.0, 24.0), "speculative": bench(34.0, 28.0)}),
+    # A failed unit was not gated: no figures, whatever its benches.
+    {"host": "orinnx-01", "device_class": "orin_nx", "decision": "failed", "method": "ngram",
+     "serving": "baseline", "reasons": ["Serve the speculative plan: oom_at_start: Free memory on device ..."],
+     "baseline": bench(20.0, 49.0), "speculative": None},
+]
+
+
+def test_summary_counts_every_decision():
+    assert report.summary(RECORDS)["kept"] == 1
+    lines = report.summary_lines(RECORDS, "run-1")
+    assert lines[0].startswith("thor-01: KEPT eagle3 x1.34 c=1 (speculative serving)")
+    assert lines[-1] == "run run-1: 3 units: 1 kept, 1 reverted, 1 failed"
+
+
+def test_csv_has_a_row_per_unit_with_speedup():
+    rows = list(csv.DictReader(io.StringIO(report.to_csv(RECORDS))))
+    assert [r["host"] for r in rows] == ["thor-01", "orinnano-01", "orinnx-01"]
+    assert rows[0]["speedup_c1"] == "1.34" and rows[2]["speedup_c1"] == ""
+    assert (rows[0]["workload"], rows[0]["tpot_p50_baseline_ms"], rows[0]["tpot_p50_speculative_ms"]) == (
+        "code_edit", "52.0", "38.0")
+    assert rows[0]["acceptance_rate"] == "0.5" and rows[1]["speedup_c1"] == "0.85"
+
+
+def test_the_report_shows_the_gates_figures_for_the_workload_it_gated():
+    chat = {"host": "u", "decision": "kept",
+            "figures": {"chat": {"throughput_gain_c1": {"value": 0.5}, "throughput_change_c8": {"value": -0.01},
+                                 "tpot_drop_c1": {"baseline": 10.0, "candidate": 7.0}, "acceptance_c1": None}},
+            # Raw benches of another workload are not what was gated, and are not shown.
+            "baseline": bench(10.0, 10.0), "speculative": bench(30.0, 3.0)}
+    values = report.row(chat)
+    assert (values["workload"], values["speedup_c1"], values["speedup_c8"]) == ("chat", 1.5, 0.99)
+    assert (values["tpot_p50_baseline_ms"], values["tpot_p50_speculative_ms"]) == (10.0, 7.0)
+    assert "Speedup at concurrency 1 (chat;" in report.to_html([chat], "r")
+
+
+def test_html_is_self_contained_with_plots(tmp_path):
+    (tmp_path / "units").mkdir()
+    for record in RECORDS:
+        (tmp_path / "units" / f"{record['host']}.json").write_text(json.dumps(record))
+    written = report.write_report(tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("<svg") == 3 and "<polyline" in page
+    assert not re.search(r"""(src|href)=["']https?://""", page), "the page must load offline"
+    assert json.loads((tmp_path / "report.json").read_text())["summary"]["failed"] == 1
+    assert written["files"] == ["report.csv", "report.html", "report.json", "report.md"]
+
+
+def unit_spec(kind: str, speculative_config: dict | None = None, env=None, secrets=()) -> dict:
+    made = serving.make(kind, engine="vllm", image="img:1", model="m", port=8000, flags=[],
+                        speculative_config=speculative_config)
+    return serving.for_unit(made, env or {}, [], secrets)
+
+
+def test_release_record_flow():
+    base = unit_spec("baseline", env={"HF_HUB_OFFLINE": "1"}, secrets=["HF_TOKEN"])
+    spec = unit_spec("speculative", {"method": "ngram"}, env={"HF_HUB_OFFLINE": "1"}, secrets=["HF_TOKEN"])
+    record = release.known_good(release.parse(None), base)
+    assert record["known_good"]["kind"] == "baseline"
+    record = release.serving(record, spec)
+    assert record["current"]["kind"] == "speculative" and record["known_good"]["kind"] == "baseline"
+    record = release.decided(record, spec["spec_id"], {"decision": "kept"})
+    assert release.previous_decision(release.parse(json.dumps(record)), spec["spec_id"]) == {"decision": "kept"}
+    assert base["spec_id"] != spec["spec_id"]
+    assert record["current"]["secret_env_names"] == ["HF_TOKEN"]  # names only, never values
+
+
+def test_a_known_good_that_is_the_candidate_is_on_trial():
+    base = unit_spec("baseline")
+    spec = unit_spec("speculative", {"method": "ngram"})
+    other = unit_spec("speculative", {"method": "ngram", "num_speculative_tokens": 2})
+    fresh = release.baseline_serving(release.parse(None), base, spec["spec_id"])
+    assert fresh["known_good"] == fresh["current"] == base
+    on_trial = release.baseline_serving(release.known_good(release.parse(None), spec), base, spec["spec_id"])
+    assert on_trial["known_good"] == base
+    earlier = release.baseline_serving(release.known_good(release.parse(None), other), base, spec["spec_id"])
+    assert earlier["known_good"] == other and earlier["current"] == base
+
+
+def test_a_serving_that_did_not_start_is_forgotten_and_nothing_is_left():
+    base = unit_spec("baseline")
+    record = release.known_good(release.parse(None), base)
+    assert release.forget_known_good(record, "another")["known_good"] == base
+    assert release.forget_known_good(record, base["spec_id"])["known_good"] is None
+    assert record["known_good"] == base  # the input record is not changed
+    nothing = release.serving_nothing(record)
+    assert nothing["current"] is None and nothing["known_good"] is None
+
+
+def test_unreadable_record_means_no_known_good():
+    assert release.parse("{broken")["known_good"] is None
+
+
+def test_infrastructure_failures_are_measured_again():
+    failed = {"decision": "failed", "failure": {"failure_class": "docker_unavailable"}}
+    rejected = {"decision": "failed", "failure": {"failure_class": "spec_config_rejected"}}
+    record = {"decisions": {"a": failed, "b": rejected, "c": {"decision": "kept"}}}
+    assert release.previous_decision(record, "a") is None
+    assert release.previous_decision(record, "b") == rejected
+    assert release.previous_decision(record, "c") == {"decision": "kept"}
+    assert release.previous_decision(record, "d") is None
+
+
+def test_unrecorded_failures_say_what_happened_and_what_to_do():
+    lost = report.unrecorded_failure("orinnx-01", "run1", "Benchmark the baseline", "Failed to connect", True)
+    assert (lost["decision"], lost["serving"], lost["failure"]["failure_class"]) == ("failed", "unknown", "unreachable")
+    assert lost["reasons"][0] == "Benchmark the baseline: unreachable: Failed to connect"
+    assert "rollout.yml -l orinnx-01" in lost["reasons"][1]
+    refused = report.unrecorded_failure("thor-02", "run1", "Pull the image", "manifest unknown", False)
+    assert (refused["serving"], refused["failure"]["failure_class"]) == ("unchanged", "task_failed")
+    assert "did not reach it" in refused["reasons"][1]
+    line = report.summary_lines([refused], "run1")[0]
+    assert line.startswith("thor-02: FAILED") and "manifest unknown" in line

@@ -1,0 +1,154 @@
+"""specfleet.rollout: every path of a unit's rollout, step by step, as the playbook drives it."""
+
+from __future__ import annotations
+
+import json
+
+from specfleet import policy as policy_module
+from specfleet import release, rollout, serving
+from tests.unit.specfleet.test_status import BASELINE_BENCH, FAST_BENCH, SLOW_BENCH
+
+POLICY = policy_module.merge({})
+ENV = {"HF_HUB_OFFLINE": "1"}
+MOUNTS = ["/var/lib/specfleet/huggingface:/root/.cache/huggingface"]
+EAGLE3 = {"method": "eagle3", "model": "head", "num_speculative_tokens": 5}
+
+
+def make(kind: str, config: dict | None = None) -> dict:
+    return serving.make(kind, engine="vllm", image="img:1", model="m", port=8000,
+                        flags=[["--seed", "0"]], speculative_config=config)
+
+
+PLAN = {"host": "u", "device_class": "thor", "model": "m", "image": "img:1", "refused": False,
+        "reasons": ["planned eagle3"], "speculative": EAGLE3,
+        "serving": make("speculative", EAGLE3), "baseline_serving": make("baseline")}
+BASELINE_ONLY = {**PLAN, "speculative": None, "reasons": ["no speculative method fits: serving the baseline only"],
+                 "serving": {**make("baseline"), "kind": "speculative"}}
+
+
+def started(record: dict | None = None, plan: dict = PLAN, remeasure: bool = False, secrets=("HF_TOKEN",)) -> dict:
+    text = json.dumps(record) if record is not None else ""
+    return rollout.start(plan, text, ENV, MOUNTS, list(secrets), remeasure)
+
+
+def measured_baseline(state: dict, plan: dict = PLAN) -> dict:
+    return rollout.baseline_measured(rollout.baseline_serving(state), plan, BASELINE_BENCH)
+
+
+def test_a_refused_plan_is_reported_and_touches_nothing():
+    state = started(plan={**PLAN, "refused": True, "reasons": ["no vLLM image"]})
+    assert state["done"] and state["serve"] is None and state["candidate"] is None
+    assert state["outcome"] == {"decision": "failed", "reasons": ["plan refused: no vLLM image"], "serving": None}
+    assert rollout.finish(state, "r1")["record"] == release.empty()
+
+
+def test_a_first_rollout_kept_becomes_the_known_good():
+    state = started()
+    assert not state["done"] and state["serve"] is None
+    assert state["candidate"]["secret_env_names"] == ["HF_TOKEN"] and state["candidate"]["env"] == ENV
+    state = measured_baseline(state)
+    assert state["record"]["known_good"] == state["record"]["current"] == state["baseline"]
+    state = rollout.candidate_measured(state, PLAN, FAST_BENCH, POLICY, {"method": "eagle3"})
+    assert state["done"] and state["serve"] is None
+    assert (state["outcome"]["decision"], state["outcome"]["serving"]) == ("kept", "speculative")
+    assert state["outcome"]["reasons"][0] == "planned eagle3"
+    final = rollout.finish(state, "r1")
+    assert final["record"]["known_good"] == final["record"]["current"] == state["candidate"]
+    assert final["record"]["decisions"][state["candidate"]["spec_id"]]["run_id"] == "r1"
+    # The next run finds the decision and serves the candidate again without measuring.
+    again = started(final["record"])
+    assert again["done"] and again["serve"] == state["candidate"]
+    assert again["outcome"]["reused_from"] == "r1" and again["outcome"]["decision"] == "kept"
+    assert rollout.finish(again, "r2")["record"] == again["record"]
+
+
+def test_a_revert_serves_the_known_good_again():
+    state = rollout.candidate_measured(measured_baseline(started()), PLAN, SLOW_BENCH, POLICY)
+    assert state["outcome"]["decision"] == "reverted" and state["outcome"]["serving"] == "baseline"
+    assert state["serve"] == state["baseline"] and state["record"]["current"] == state["baseline"]
+    again = started(rollout.finish(state, "r1")["record"])
+    assert again["serve"] == state["baseline"]  # the known-good, not the candidate
+    assert started(rollout.finish(state, "r1")["record"], remeasure=True)["serve"] is None
+
+
+def test_no_method_that_fits_keeps_the_baseline():
+    state = measured_baseline(started(plan=BASELINE_ONLY), BASELINE_ONLY)
+    assert state["done"] and state["serve"] is None
+    assert state["outcome"] == {"decision": "reverted", "reasons": BASELINE_ONLY["reasons"],
+                                "baseline": BASELINE_BENCH, "serving": "baseline"}
+
+
+def test_an_earlier_decision_that_no_longer_starts_is_measured_again():
+    kept = rollout.finish(rollout.candidate_measured(measured_baseline(started()), PLAN, FAST_BENCH, POLICY), "r1")
+    state = rollout.earlier_did_not_start(started(kept["record"]), "spec_config_rejected")
+    assert not state["done"] and state["record"]["known_good"] is None
+    assert state["remeasure_reasons"] == [
+        "the speculative serving decided in run r1 did not start again (spec_config_rejected): measured again"]
+    state = rollout.candidate_measured(measured_baseline(state), PLAN, SLOW_BENCH, POLICY)
+    assert state["outcome"]["reasons"][-1].startswith("the speculative serving decided in run r1")
+
+
+def test_secrets_configured_now_reach_the_known_good():
+    record = rollout.finish(rollout.candidate_measured(measured_baseline(started(secrets=())), PLAN, SLOW_BENCH,
+                                                       POLICY), "r1")["record"]
+    assert record["known_good"]["secret_env_names"] == []
+    state = started(record, secrets=["VLLM_API_KEY"])
+    assert state["record"]["known_good"]["secret_env_names"] == ["VLLM_API_KEY"]
+    assert state["record"]["known_good"]["spec_id"] == serving.spec_id(state["record"]["known_good"])
+
+
+def test_a_failure_before_the_baseline_was_measured_decides_nothing():
+    failure = {"failure_class": "oom_at_start", "msg": "no memory"}
+    state = rollout.failed(rollout.baseline_serving(started()), "Serve the baseline", failure)
+    assert state["serve"] == state["baseline"]  # the baseline is the known-good of a first run
+    final = rollout.finish(rollout.rolled_back(state), "r1")
+    assert final["failed"] and final["record"]["decisions"] == {}
+    assert final["outcome"]["reasons"] == ["Serve the baseline: oom_at_start: no memory",
+                                           "rolled back to the known-good baseline serving"]
+
+
+def test_a_failed_candidate_rolls_back_and_is_remembered():
+    state = measured_baseline(started())
+    bench_failure = {"bench": {"ok": False, "failure": {"class": "server_died", "message": "connection reset"}}}
+    state = rollout.failed(state, "Benchmark the speculative serving", bench_failure, BASELINE_BENCH,
+                           bench_failure["bench"])
+    final = rollout.finish(rollout.rolled_back(state), "r1")
+    assert final["outcome"]["failure"] == {"task": "Benchmark the speculative serving", "failure_class": "server_died",
+                                           "message": "connection reset", "decisive_lines": []}
+    assert final["outcome"]["speculative"] == bench_failure["bench"] and final["outcome"]["serving"] == "baseline"
+    assert final["record"]["current"] == final["record"]["known_good"] == state["baseline"]
+    assert final["record"]["decisions"][state["candidate"]["spec_id"]]["decision"] == "failed"
+
+
+def test_a_known_good_that_does_not_start_yields_to_the_baseline_then_to_nothing():
+    earlier = make("speculative", {"method": "ngram"})
+    placed = serving.for_unit(earlier, ENV, MOUNTS, ["HF_TOKEN"])
+    record = release.known_good(release.empty(), placed)
+    state = rollout.failed(measured_baseline(started(record)), "Serve the speculative plan", {"failure_class": "x"})
+    assert state["serve"] == placed
+    to_baseline = rollout.rollback_did_not_start(state, "oom_at_start")
+    assert to_baseline["serve"] == state["baseline"]
+    served = rollout.finish(rollout.rolled_back(to_baseline), "r1")
+    assert served["record"]["known_good"] == state["baseline"]
+    assert served["outcome"]["reasons"][1] == (
+        "the known-good speculative serving did not start again (oom_at_start); "
+        "serving this run's measured baseline, now the known-good")
+    nothing = rollout.finish(rollout.rollback_did_not_start(to_baseline, "failed"), "r1")
+    assert nothing["record"]["known_good"] is None and nothing["record"]["current"] is None
+    assert nothing["outcome"]["serving"] is None
+    assert nothing["outcome"]["reasons"][1].endswith("the unit serves nothing")
+
+
+def test_the_unit_record_carries_the_plan():
+    state = rollout.candidate_measured(measured_baseline(started()), PLAN, FAST_BENCH, POLICY)
+    record = rollout.unit_record(state, PLAN, "thor-01", "r1")
+    assert (record["host"], record["run_id"], record["method"], record["num_speculative_tokens"]) == (
+        "thor-01", "r1", "eagle3", 5)
+    assert record["plan_reasons"] == PLAN["reasons"] and record["decision"] == "kept"
+
+
+def test_rollback_serves_the_known_good_or_says_there_is_none():
+    assert rollout.rollback("")["serve"] is None
+    placed = serving.for_unit(make("baseline"), ENV, MOUNTS, [])
+    state = rollout.rollback(json.dumps(release.known_good(release.empty(), placed)))
+    assert state["serve"] == placed and state["record"]["current"] == placed
