@@ -33,8 +33,8 @@ CLASS_MODELS = {
     "orin_nano": ("meta-llama/Llama-3.2-1B-Instruct",
                   "Orin Nano 8 GB: an 8B model does not fit with headroom; the 1B model."),
     "dgx_spark": ("openai/gpt-oss-120b",
-                  "DGX Spark: the EAGLE-3 case of NVIDIA's DGX Spark speculative decoding playbook, "
-                  "gpt-oss-120b with its long-context head, in TensorRT-LLM."),
+                  "DGX Spark: the EAGLE-3 case of NVIDIA's Spark playbook, gpt-oss-120b with its "
+                  "long-context head, in TensorRT-LLM."),
 }
 # Keys of `specfleet facts` output that describe the hardware (the inventories'
 # specfleet_expected_facts shape); the rest (compatible, module, paths) is not declared.
@@ -150,8 +150,8 @@ ALL_COMMENTS = {
 
 CLASS_COMMENTS = {
     "specfleet_serve_extra_env": (
-        "EMULATOR setting: this class's emulated durations are slept x 0.1, not x 0.05: its fast model would\n"
-        "otherwise measure the host's HTTP streaming (lab/specfleet_lab/inventory.py CLASS_EMULATOR_ENV)."
+        "EMULATOR setting: this class's emulated durations are slept x 0.1, not x 0.05: its fast model\n"
+        "would otherwise measure the host's HTTP streaming (lab/specfleet_lab/inventory.py, CLASS_EMULATOR_ENV)."
     ),
 }
 
