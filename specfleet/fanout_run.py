@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit
+from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 
 from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
 
@@ -93,7 +94,7 @@ def nodes_from_inventory(inventory: str, limit: Iterable[str] | None = None) -> 
 
 @dataclass
 class Options:
-    root: str = "/var/lib/specfleet/huggingface"
+    root: str = LAYOUT["hf_cache_dir"]
     subdir: str = "hub"
     pieces: int = 8
     controller_slots: int = 1

@@ -13,7 +13,9 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``earlier``: the decision an earlier run took for this candidate, when it is reused;
 - ``baseline_bench`` / ``candidate_bench``: spec_bench results that completed;
 - ``remeasure_reasons``: why a unit with an earlier decision was measured again;
-- ``fallback``: what the rollback has already tried after a failure.
+- ``failure``, ``reported_benches``: why a step failed, and the benches as registered then;
+- ``fallback``, ``known_good_failure``: what the rollback is trying after a failure, and why
+  the known-good did not start again when it did not.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def _state(**fields: Any) -> State:
     state: State = {
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "baseline_bench": None, "candidate_bench": None,
-        "remeasure_reasons": [], "fallback": None, "failure": None,
+        "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
+        "known_good_failure": None,
     }
     state.update(fields)
     return state
@@ -191,7 +194,7 @@ def rolled_back(state: Mapping[str, Any]) -> State:
 
 def _rollback_sentence(state: Mapping[str, Any]) -> str:
     known_good = state["record"].get("known_good")
-    noted = state.get("known_good_failure")
+    noted = state["known_good_failure"]
     if noted:
         left = "serving this run's measured baseline, now the known-good" if known_good else "the unit serves nothing"
         return f"the known-good {noted['kind']} serving did not start again ({noted['failure_class']}); {left}"
@@ -212,7 +215,7 @@ def finish(state: Mapping[str, Any], run_id: str) -> State:
     if state["failed"]:
         failure = state["failure"]
         known_good = record.get("known_good")
-        benches = state.get("reported_benches") or {}
+        benches = state["reported_benches"] or {}
         outcome = {
             "decision": "failed",
             "reasons": [f"{failure['task']}: {failure['failure_class']}: {failure['message']}",

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from rich.markup import escape
 from rich.table import Table
 
@@ -39,10 +40,10 @@ from specfleet import release as release_module
 from specfleet import report as report_module
 from specfleet import serving
 
-# Where the rollout leaves things on a unit (playbooks/rollout.yml, roles/specfleet_serve).
-RELEASE_FILE = "/var/lib/specfleet/release.json"
-CONTAINER_NAME = "specfleet-vllm"
-HASH_LABEL = "org.specfleet.config-hash"  # plugins/modules/vllm_container.py
+# Where the rollout leaves things on a unit: the unit layout the modules and roles share.
+RELEASE_FILE = LAYOUT["release_file"]
+CONTAINER_NAME = LAYOUT["serving_container"]
+HASH_LABEL = LAYOUT["config_hash_label"]
 SECTIONS = ("release", "container")
 DEFAULT_TIMEOUT = 10.0
 MAX_FORKS = 32

@@ -52,10 +52,11 @@ class ActionModule(ActionBase):
         plan = self._templar.template(task_vars.get("specfleet_plan"))
         if step != "rollback" and not plan:
             return {**result, "failed": True, "msg": "run specfleet_plan before specfleet_rollout"}
-        state = self._templar.template(task_vars.get("specfleet_rollout")) if step not in ("start", "rollback") \
-            else None
-        if state is None and step not in ("start", "rollback"):
-            return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
+        state = None
+        if step not in ("start", "rollback"):
+            state = self._templar.template(task_vars.get("specfleet_rollout"))
+            if not state:
+                return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
         run_id = task_vars.get("specfleet_run_id", "")
         state = self._step(step, state, plan, args, task_vars, run_id)
         if state["outcome"] is not None and plan:

@@ -161,6 +161,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import (
     classify,
     last_lines,
@@ -175,7 +176,7 @@ try:
 except ImportError:  # reported by main() with a clear message
     docker = None
 
-HASH_LABEL = "org.specfleet.config-hash"
+HASH_LABEL = LAYOUT["config_hash_label"]
 POLL_SECONDS = 1.0
 
 
@@ -357,18 +358,18 @@ def start(client, params: dict, wanted_hash: str):
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "name": {"type": "str", "default": "specfleet-vllm"},
+            "name": {"type": "str", "default": LAYOUT["serving_container"]},
             "image": {"type": "str"},
             "args": {"type": "list", "elements": "str"},
             "env": {"type": "dict", "default": {}},
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "mounts": {"type": "list", "elements": "str", "default": []},
             "files": {"type": "dict", "default": {}},
-            "files_dir": {"type": "path", "default": "/var/lib/specfleet/serving-files"},
+            "files_dir": {"type": "path", "default": LAYOUT["serving_files_dir"]},
             "port": {"type": "int", "default": 8000},
             "runtime": {"type": "str", "default": "nvidia"},
             "shm_size": {"type": "str", "default": "16g"},
-            "ulimits": {"type": "dict", "default": {"memlock": "-1:-1", "stack": "67108864:67108864"}},
+            "ulimits": {"type": "dict", "default": LAYOUT["serving_ulimits"]},
             "labels": {"type": "dict", "default": {}},
             "state": {"type": "str", "choices": ["started", "absent"], "default": "started"},
             "ready_timeout": {"type": "int", "default": 900},

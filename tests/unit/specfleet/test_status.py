@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from rich.console import Console
 
 from specfleet import cli, gate, release, serving, status
@@ -346,14 +347,14 @@ def test_unit_status(read, expected, problems):
 
 
 def test_real_record_shapes_agree_with_the_code_that_writes_them():
-    # Names the status reads must be the ones the rollout and the module write.
-    serving = yaml.safe_load((REPO / "playbooks" / "vars" / "serving.yml").read_text())
-    assert serving["specfleet_state_dir"] == "/var/lib/specfleet"
-    assert '"{{ specfleet_state_dir }}/release.json"' in (REPO / "playbooks" / "rollout.yml").read_text()
-    assert status.RELEASE_FILE == "/var/lib/specfleet/release.json"
-    assert status.HASH_LABEL == vllm_container.HASH_LABEL
+    # What the status reads is where the rollout and the module write: the unit layout.
+    serving_vars = yaml.safe_load((REPO / "playbooks" / "vars" / "serving.yml").read_text())
+    assert "'specfleet.fleet.unit_layout', 'release_file'" in serving_vars["specfleet_release_file"]
+    assert status.RELEASE_FILE == LAYOUT["release_file"] == "/var/lib/specfleet/release.json"
+    assert status.HASH_LABEL == vllm_container.HASH_LABEL == LAYOUT["config_hash_label"]
     defaults = yaml.safe_load((REPO / "roles" / "specfleet_serve" / "defaults" / "main.yml").read_text())
-    assert status.CONTAINER_NAME == defaults["specfleet_serve_container"]
+    assert "'specfleet.fleet.unit_layout', 'serving_container'" in defaults["specfleet_serve_container"]
+    assert status.CONTAINER_NAME == LAYOUT["serving_container"]
 
 
 def test_kept_record_parses_like_the_rollout_reads_it():
