@@ -14,7 +14,7 @@ record as JSON):
 - once placed on a unit (:func:`for_unit`): ``env``, ``mounts``, ``secret_env_names`` (names
   only, never values) and ``spec_id``.
 
-Readers take fields (:func:`speculation`, :func:`engine_flags`); :func:`argv` and
+Readers take fields (:func:`speculation`, :func:`engine_flags`, :func:`draft_repo`); :func:`argv` and
 :func:`files` are the one rendering of a serving into what the container runs. Nothing
 parses a command line back, except :func:`from_argv`, which reads release records written
 before servings were structured (record version 1).
@@ -151,11 +151,6 @@ def engine_flags(spec: Mapping[str, Any]) -> list[Pair]:
         pairs.append([TRTLLM_OPTIONS_FLAG, TRTLLM_OPTIONS_PATHS[spec["kind"]]])
     pairs += [list(pair) for pair in spec.get("extra_flags") or []]
     return pairs
-
-
-def flag_value(spec: Mapping[str, Any], flag: str) -> Any:
-    """The value of one of the serving's flags (None when absent or a switch)."""
-    return next((value for name, value in engine_flags(spec) if name == flag), None)
 
 
 def speculation(spec: Mapping[str, Any] | None) -> dict[str, Any]:

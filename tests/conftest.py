@@ -113,15 +113,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def fleet_lab():
     """A 9-unit mixed lab (eight Jetsons and a DGX Spark) for the tests that roll out onto units (Molecule reuses its
     Docker engine and unit image). Reuses a lab that is already up, and then leaves it up;
-    otherwise brings one up and takes it down at the end of the session."""
+    otherwise brings one up (after clearing a degraded one) and takes it down at the end of
+    the session."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces, its own dockerd)")
     from specfleet_lab import lab
     from specfleet_lab.config import LabConfig
 
     cfg = LabConfig()
-    started = lab.status(cfg)["lab"] == "down"
+    health = lab.status(cfg)["lab"]
+    started = health != "up" or not (cfg.inventory_dir / "hosts.yml").is_file()
     if started:
+        if health != "down":
+            # A lab left behind by a killed run or a reboot (its dockerd and namespaces gone,
+            # its state file kept) cannot serve the tests: clear what is left of it first.
+            lab.down(cfg)
         lab.up(cfg, LAB_PROFILE, LAB_UNITS)
     try:
         yield cfg

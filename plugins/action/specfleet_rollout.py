@@ -59,7 +59,7 @@ class ActionModule(ActionBase):
                 return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
         run_id = task_vars.get("specfleet_run_id", "")
         state = self._step(step, state, plan, args, task_vars, run_id)
-        if state["outcome"] is not None and plan:
+        if step == "finish":  # what record.yml writes for the report, made once
             host = task_vars["inventory_hostname"]
             state["unit_record"] = rollout.unit_record(state, plan, host, run_id)
             state["unit_record_path"] = rollout.unit_record_path(host, run_id)

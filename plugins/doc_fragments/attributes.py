@@ -23,6 +23,8 @@ attributes:
     # The doc-only modules of the controller-side action plugins (with DOCUMENTATION).
     ACTION = r"""
 options: {}
+requirements:
+  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
 attributes:
   action:
     description: Has a corresponding action plugin, which does the work on the controller.

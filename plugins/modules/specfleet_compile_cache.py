@@ -23,8 +23,6 @@ description:
     inspects as present unless it is complete.
 version_added: "0.1.0"
 author: specfleet contributors (@specfleet)
-requirements:
-  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
 options:
   store:
     description: Controller store directory.

@@ -22,8 +22,6 @@ description:
     is not a failed task.
 version_added: "0.1.0"
 author: specfleet contributors (@specfleet)
-requirements:
-  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
 options:
   facts:
     description: The unit's facts; defaults to C(ansible_facts.specfleet_unit).

@@ -21,8 +21,6 @@ description:
   - Returns the resolved policy as the fact C(specfleet_policy).
 version_added: "0.1.0"
 author: specfleet contributors (@specfleet)
-requirements:
-  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
 options: {}
 extends_documentation_fragment:
   - specfleet.fleet.attributes

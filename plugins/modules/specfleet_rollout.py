@@ -32,8 +32,6 @@ description:
   - C(rollback) is the start of the playbook C(specfleet.fleet.rollback) (the record's known-good).
 version_added: "0.2.0"
 author: specfleet contributors (@specfleet)
-requirements:
-  - The C(specfleet) Python package on the controller (the collection's requirements.txt)
 options:
   step:
     description: The step that just happened, or the one to take.

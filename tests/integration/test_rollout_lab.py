@@ -223,7 +223,7 @@ def test_a_port_from_the_policy_is_served_waited_on_and_measured(rolled_out, tmp
     assert on_unit(host, "curl -sf http://127.0.0.1:9000/v1/models").returncode == 0
     assert on_unit(host, "curl -sf http://127.0.0.1:8000/health").returncode != 0
     current = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]
-    assert current["port"] == 9000 and serving.flag_value(current, "--port") == "9000"
+    assert current["port"] == 9000 and dict(serving.engine_flags(current))["--port"] == "9000"
     # Back on the inventory's port for the tests after this one (measured again: a new port
     # is a new serving).
     back = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",

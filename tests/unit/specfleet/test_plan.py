@@ -234,7 +234,7 @@ def test_pinned_lab_image_serves_the_tiny_model(unit_facts, methods, expected):
     for spec in (plan["serving"], plan["baseline_serving"]):
         assert spec["extra_flags"] == [["--dtype", "float32"], ["--enforce-eager", None]]
         assert serving.argv(spec)[-3:] == ["--dtype", "float32", "--enforce-eager"]
-        assert serving.flag_value(spec, "--max-model-len") == "1024"
+        assert dict(serving.engine_flags(spec))["--max-model-len"] == "1024"
 
 
 def test_pin_only_image_is_never_matched(unit_facts):

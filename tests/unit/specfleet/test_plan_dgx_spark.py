@@ -100,7 +100,7 @@ def test_policy_overrides_reach_the_options(spark):
     options = plan["serving"]["engine_options"]
     assert (options["cuda_graph_config"]["max_batch_size"], options["kv_cache_config"]["free_gpu_memory_fraction"],
             options["speculative_config"]["max_draft_len"]) == (8, 0.8, 3)
-    assert serving.flag_value(plan["serving"], "--max_batch_size") == "8"
+    assert dict(serving.engine_flags(plan["serving"]))["--max_batch_size"] == "8"
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ def test_the_address_does_not_change_the_key(monkeypatch):
     assert key(spec(port=9000)) == key()
     before = key()
     monkeypatch.setattr(serving, "HOST", "127.0.0.1")
-    assert serving.flag_value(SERVING, "--host") == "127.0.0.1"
+    assert dict(serving.engine_flags(SERVING))["--host"] == "127.0.0.1"
     assert key() == before
 
 

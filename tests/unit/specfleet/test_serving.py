@@ -31,7 +31,7 @@ def test_vllm_argv_is_the_plan_then_speculation_then_the_users_flags():
         "--enforce-eager", "--max-num-batched-tokens", "2048",
     ]
     assert serving.files(spec) == {}
-    assert serving.flag_value(spec, "--port") == "9000"
+    assert dict(serving.engine_flags(spec))["--port"] == "9000"
     assert serving.speculation(spec) == {"method": "eagle3", "num_speculative_tokens": 5}
     assert serving.draft_repo(spec) == EAGLE3["model"]
 
@@ -145,4 +145,5 @@ def test_an_unreadable_version_1_serving_is_no_known_good():
 def test_the_trtllm_planner_builds_a_trtllm_serving():
     policy = {"specfleet_port": 8123, "specfleet_trtllm_max_batch_size": 4, "specfleet_max_model_len": {"dgx_spark": 8}}
     spec = plan_trtllm.serving("baseline", "img", "m", policy, "dgx_spark", {"x": 1})
-    assert serving.flag_value(spec, "--port") == "8123" and serving.flag_value(spec, "--max_batch_size") == "4"
+    flags = dict(serving.engine_flags(spec))
+    assert flags["--port"] == "8123" and flags["--max_batch_size"] == "4"
