@@ -49,16 +49,30 @@ def store_entries(store: Path, subdir: str) -> list[Path]:
     return sorted(path for path in base.iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
-def write_manifests(store: Path, subdir: str) -> list[dict]:
-    """Write (or rewrite) the manifest of every entry; returns them."""
-    out_dir = store / MANIFESTS
-    out_dir.mkdir(exist_ok=True)
-    manifests = []
-    for entry in store_entries(store, subdir):
-        manifest = build_manifest(str(entry), entry.name)
-        target = out_dir / f"{entry.name}.json"
-        temporary = target.with_suffix(".json.tmp")
+def manifest_path(store: Path, name: str) -> Path:
+    return store / MANIFESTS / f"{name}.json"
+
+
+def write_manifest(store: Path, subdir: str, name: str) -> dict:
+    """Write (or rewrite) the manifest of one entry, ``STORE/<subdir>/<name>``; returns it.
+
+    The one writer of manifests (`specfleet cache manifest`, `specfleet store add`). A role
+    reads a manifest as the statement that its entry is complete, so it appears whole or not
+    at all: written beside its place and renamed over it."""
+    entry = store / subdir / name if subdir else store / name
+    manifest = build_manifest(str(entry), name)
+    target = manifest_path(store, name)
+    target.parent.mkdir(exist_ok=True)
+    temporary = target.with_name(f"{target.name}.tmp")
+    try:
         temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         temporary.replace(target)
-        manifests.append(manifest)
-    return manifests
+    finally:
+        temporary.unlink(missing_ok=True)  # after a failed write only: the rename consumed it
+    return manifest
+
+
+def write_manifests(store: Path, subdir: str) -> list[dict]:
+    """Write (or rewrite) the manifest of every entry; returns them."""
+    (store / MANIFESTS).mkdir(exist_ok=True)
+    return [write_manifest(store, subdir, entry.name) for entry in store_entries(store, subdir)]

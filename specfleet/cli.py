@@ -427,9 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
     render_isvc.add_argument("--format", choices=("yaml", "json"), default="yaml", help="file format")
     render_isvc.set_defaults(func=cmd_kserve_render)
 
-    from specfleet import fanout_run  # `specfleet distribute` (fan-out of a store)
+    # `specfleet distribute`, `specfleet hostkeys`, `specfleet store` (fill the controller's stores)
+    from specfleet import fanout_run, hostkeys, store
 
     fanout_run.register(commands)
+    hostkeys.register(commands)
+    store.register(commands)
 
     # Commands other packages add (the lab's `specfleet lab`, lab/pyproject.toml): the product
     # does not ship the lab, and runs without it.

@@ -23,6 +23,7 @@ def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
+    _load_vault_secrets(loader)
     inventory = InventoryManager(loader=loader, sources=[inventory_path])
     variables = VariableManager(loader=loader, inventory=inventory)
     hosts = sorted(inventory.get_hosts(), key=lambda host: host.name)
@@ -30,6 +31,22 @@ def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
         host.name: _plain(variables.get_vars(host=host, include_hostvars=False))
         for host in hosts
     }
+
+
+def _load_vault_secrets(loader: Any) -> None:
+    """Vaulted inventory values (a become password) decrypt with the vault password sources
+    ansible.cfg names, as they do for ansible-playbook without flags; none configured, none
+    loaded, and reading a vaulted value then fails as Ansible does."""
+    from ansible import constants as C
+    from ansible.cli import CLI
+
+    password_files = [C.DEFAULT_VAULT_PASSWORD_FILE] if C.DEFAULT_VAULT_PASSWORD_FILE else []
+    if not (C.DEFAULT_VAULT_IDENTITY_LIST or password_files):
+        return
+    secrets = CLI.setup_vault_secrets(loader, vault_ids=list(C.DEFAULT_VAULT_IDENTITY_LIST),
+                                      vault_password_files=password_files, ask_vault_pass=False,
+                                      auto_prompt=False, initialize_context=False)
+    loader.set_vault_secrets(secrets)
 
 
 def _plain(value: Any) -> Any:

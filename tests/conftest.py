@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,15 @@ def on_unit(
     )
 
 
+def trust_lab_host_keys() -> None:
+    """`specfleet hostkeys -i inventory/lab`, as an organiser collects a fleet's host keys:
+    the lab inventory checks them (lab/build/known_hosts, under each unit's name), and a unit
+    keeps its keys across `lab up`, so a second call finds every unit known."""
+    proc = subprocess.run([sys.executable, "-m", "specfleet.cli", "hostkeys", "-i", "inventory/lab"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def plan_for(facts: dict, model: str, **overrides) -> dict:
     """The plan for one unit's facts and a catalog model under the policy with `overrides`."""
     from specfleet import policy
@@ -110,27 +120,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def fleet_lab():
-    """A 9-unit mixed lab (eight Jetsons and a DGX Spark) for the tests that roll out onto units (Molecule reuses its
-    Docker engine and unit image). Reuses a lab that is already up, and then leaves it up;
-    otherwise brings one up (after clearing a degraded one) and takes it down at the end of
-    the session."""
+def lab_session():
+    """The lab's configuration for the session, and at its end: the lab goes down again when
+    the tests brought one up (a lab that was up before, as the tests want it, stays up)."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces, its own dockerd)")
     from specfleet_lab import lab
     from specfleet_lab.config import LabConfig
 
     cfg = LabConfig()
-    health = lab.status(cfg)["lab"]
-    started = health != "up" or not (cfg.inventory_dir / "hosts.yml").is_file()
-    if started:
-        if health != "down":
-            # A lab left behind by a killed run or a reboot (its dockerd and namespaces gone,
-            # its state file kept) cannot serve the tests: clear what is left of it first.
+    brought_up: list[bool] = []
+    yield cfg, brought_up
+    if brought_up:
+        lab.down(cfg)
+
+
+@pytest.fixture(scope="module")
+def fleet_lab(lab_session):
+    """A 9-unit mixed lab (eight Jetsons and a DGX Spark, root login) for the tests that roll
+    out onto units (Molecule reuses its Docker engine and images), its host keys trusted.
+    Per module: a module that needs another lab (the stock units, scripts/up) takes this one
+    down, and the next module brings it back. A lab that is not this one (another profile,
+    stock units, or degraded: a killed run's or a reboot's state file, its dockerd gone) is
+    cleared first."""
+    from specfleet_lab import lab
+
+    cfg, brought_up = lab_session
+    status = lab.status(cfg)
+    wanted = (status["lab"] == "up" and status.get("profile") == LAB_PROFILE and not status.get("stock")
+              and len(status["units"]) == LAB_UNITS and (cfg.inventory_dir / "hosts.yml").is_file())
+    if not wanted:
+        if status["lab"] != "down":
             lab.down(cfg)
         lab.up(cfg, LAB_PROFILE, LAB_UNITS)
-    try:
-        yield cfg
-    finally:
-        if started:
-            lab.down(cfg)
+        brought_up.append(True)
+    trust_lab_host_keys()
+    return cfg

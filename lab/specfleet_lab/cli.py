@@ -1,4 +1,4 @@
-"""`specfleet lab up|status|down`.
+"""`specfleet lab up|status|down|fault|real-engine|rekey`.
 
 `specfleet/cli.py` calls `register(subparsers)`; until then (or for a quick run):
     python3 -m specfleet_lab.cli up --units 8 --profile mixed
@@ -36,7 +36,7 @@ def _say_factory() -> Callable[[str], None]:
 
 def cmd_up(args: argparse.Namespace) -> int:
     result = lab.up(LabConfig(), args.profile, args.units, args.link_mbit, say=_say_factory(),
-                    gated_models=args.gated_models)
+                    gated_models=args.gated_models, stock=args.stock)
     if args.format == "json":
         print(json.dumps(result, indent=2))
     return 0
@@ -64,9 +64,11 @@ def _print_status(result: dict[str, Any]) -> None:
         return
     head = (
         f"lab {result['lab']} (EMULATED Jetson and DGX Spark units) profile={result['profile']} "
-        f"registry={result['registry']} link={result['link_mbit'] or 'unshaped'}"
+        f"{'stock units ' if result.get('stock') else ''}"
+        f"registry={result['registry']} apt mirror={result.get('apt_mirror')} "
+        f"link={result['link_mbit'] or 'unshaped'}"
     )
-    columns = ["name", "device_class", "kind", "address", "ssh_port", "state", "engine"]
+    columns = ["name", "device_class", "kind", "address", "ssh_port", "login", "state", "engine"]
     if Table is not None and Console is not None:
         console = Console()
         if not console.is_terminal:  # piped: rich would squeeze the table to 80 columns
@@ -94,6 +96,14 @@ def cmd_fault(args: argparse.Namespace) -> int:
             raise LabError(f"fault switches must be JSON: {exc}") from exc
     lab.set_faults(LabConfig(), args.unit, switches)
     print(f"{args.unit}: {'fault switches cleared' if switches is None else json.dumps(switches)}")
+    return 0
+
+
+def cmd_rekey(args: argparse.Namespace) -> int:
+    lines = lab.rekey(LabConfig(), args.unit)
+    print(f"{args.unit}: new SSH host keys (lab/build/host-keys/{args.unit}); `specfleet hostkeys` "
+          "now refuses it until its old entry is removed:", file=sys.stderr)
+    print("\n".join(lines))
     return 0
 
 
@@ -133,6 +143,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_up.add_argument("--gated-models", action="store_true",
                       help="mark the catalog's gated repos gated in the stand-in model store "
                            "(default: not gated, as if pre-downloaded with a token)")
+    p_up.add_argument("--stock", action="store_true",
+                      help="stock units, as flashed: login nvidia with a sudo password, no Docker, Docker "
+                           "SDK or container toolkit (what the `stock` profile sets)")
     p_up.add_argument("--format", choices=["text", "json"], default="text")
     p_up.set_defaults(func=cmd_up)
 
@@ -157,6 +170,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_real.add_argument("--off", action="store_true", help="put the units back on the emulator")
     p_real.add_argument("--format", choices=["text", "json"], default="text")
     p_real.set_defaults(func=cmd_real_engine)
+
+    p_rekey = sub.add_parser(
+        "rekey", help="give one running unit new SSH host keys (as a re-flashed unit has); prints its new "
+                      "known_hosts lines")
+    p_rekey.add_argument("unit", help="lab unit name, e.g. thor-02")
+    p_rekey.set_defaults(func=cmd_rekey)
 
     p_down = sub.add_parser("down", help="remove everything the lab made (idempotent)")
     p_down.add_argument("--format", choices=["text", "json"], default="text")

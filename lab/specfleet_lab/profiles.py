@@ -63,6 +63,11 @@ def load_profile(profiles_dir: Path, name: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def profile_is_stock(profiles_dir: Path, name: str) -> bool:
+    """`stock: true` in the profile: its units are as flashed (login nvidia, no Docker)."""
+    return bool(load_profile(profiles_dir, name).get("stock", False))
+
+
 def expand(cfg: LabConfig, profile_name: str, units: int) -> list[Unit]:
     """The profile's kinds cycled over `units` units; each kind numbers its own hosts."""
     if units < 1:

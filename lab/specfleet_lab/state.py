@@ -25,6 +25,8 @@ class LabState:
     link_mbit: float | None = None
     # Stand-in model store marks the catalog's gated repos (lab up --gated-models).
     gated_models: bool = False
+    # Stock units (login nvidia, no Docker): the profile's `stock: true` or `lab up --stock`.
+    stock: bool = False
     subnet: str = ""
     controller_address: str = ""
     # role -> {"pid": int, "match": str (substring of its command line), "argv": [...]}
@@ -43,10 +45,12 @@ class LabState:
     # The lab dockerd's cgroup parent directories (<controller>/specfleet-lab; the name
     # is the lab's own, see engine.CGROUP_PARENT), removed by `down` once empty.
     cgroups: list[str] = field(default_factory=list)
-    # Per unit: name, kind_id, device_class, address, container, volume, netns.
+    # Per unit: name, kind_id, device_class, address, container, volume, netns, login.
     units: list[dict[str, Any]] = field(default_factory=list)
     images: dict[str, Any] = field(default_factory=dict)
     registry_images: list[str] = field(default_factory=list)
+    # The LAN apt mirror's build (aptmirror.ensure_mirror) and its URIs.
+    apt_mirror: dict[str, Any] = field(default_factory=dict)
     complete: bool = False
 
     def add(self, kind: str, value: Any) -> None:

@@ -11,12 +11,12 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 )
 
 try:
-    from specfleet import cache, daemon_json, plan, render, serving
+    from specfleet import bootstrap, cache, daemon_json, plan, render, serving
     from specfleet.catalog import load_catalog
 except ImportError as exc:
     # Still listed and documented without the package; calling a filter says what to install.
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
-    cache = daemon_json = plan = render = serving = MissingSpecfleet(exc)
+    bootstrap = cache = daemon_json = plan = render = serving = MissingSpecfleet(exc)
     load_catalog = MissingSpecfleet(exc).load_catalog
 else:
     SPECFLEET_IMPORT_ERROR = None
@@ -57,4 +57,6 @@ class FilterModule:
             "rsync_complaint": cache.rsync_complaint,
             "serving_argv": serving.argv,
             "serving_files": serving.files,
+            "apt_uninstallable": bootstrap.uninstallable,
+            "dpkg_missing": bootstrap.missing,
         }

@@ -25,6 +25,7 @@ from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
+from tests.conftest import trust_lab_host_keys
 
 pytestmark = pytest.mark.lab
 
@@ -46,6 +47,7 @@ def lab_units() -> Iterator[list[Node]]:
         pytest.skip("a lab is already up; run `specfleet lab down` before the lab tests")
     try:
         lab.up(cfg, "workshop", UNITS, MBIT)
+        trust_lab_host_keys()
         nodes = nodes_from_inventory(str(cfg.inventory_dir / "hosts.yml"))
         yield nodes
     finally:

@@ -23,13 +23,16 @@ ROLES = [
 @pytest.mark.molecule
 @pytest.mark.parametrize("role", ROLES)
 def test_molecule_scenario(fleet_lab, role):
-    from specfleet_lab.config import UNIT_IMAGE
+    from specfleet_lab.config import STOCK_UNIT_IMAGE, UNIT_IMAGE
 
     env = {
         **os.environ,
         "DOCKER_HOST": fleet_lab.docker_host,
         "SPECFLEET_REPO": str(REPO),
         "SPECFLEET_UNIT_IMAGE": UNIT_IMAGE,
+        # The bootstrap's scenario: a stock unit and the lab's apt mirror.
+        "SPECFLEET_UNIT_STOCK_IMAGE": STOCK_UNIT_IMAGE,
+        "SPECFLEET_LAB_APT_MIRROR": str(fleet_lab.apt_mirror_dir),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "ANSIBLE_FORCE_COLOR": "0",
     }

@@ -19,6 +19,8 @@ from labtools import REPO, snapshot
 from specfleet_lab import lab
 from specfleet_lab.config import LabConfig
 
+from tests.conftest import trust_lab_host_keys
+
 LAB_UNITS = int(os.environ.get("SPECFLEET_LAB_TEST_UNITS", "3"))
 ANSIBLE_VENV = Path("/tmp/specfleet-lab-ansible")
 ANSIBLE_CORE = "ansible-core==2.19.14"
@@ -39,6 +41,8 @@ def running_lab(cfg: LabConfig) -> Iterator[dict]:
         pytest.skip("a lab is already up; run `specfleet lab down` before the lab tests")
     before = snapshot()
     result = lab.up(cfg, "mixed", LAB_UNITS)
+    # The inventory checks host keys; the lab leaves collecting them to the toolkit.
+    trust_lab_host_keys()
     info = {"before": before, "up": result, "status": lab.status(cfg)}
     try:
         yield info

@@ -65,8 +65,10 @@ def test_inventory_groups_by_device_class() -> None:
     assert set(data) == {"thor", "agx_orin", "orin_nx", "orin_nano"}
     host = data["orin_nano"]["hosts"]["orinnano-01"]
     assert host["specfleet_facts_root"] == "/opt/specfleet-lab/jetson"
-    assert host["ansible_user"] == "root" and "StrictHostKeyChecking=no" in host[
-        "ansible_ssh_common_args"]
+    # Host keys are checked against the lab's known_hosts (issue 16), never skipped.
+    assert host["ansible_user"] == "root"
+    assert f"UserKnownHostsFile={cfg.known_hosts}" in host["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking" not in host["ansible_ssh_common_args"]
     # Same shape and values as inventory/mixed declares for that kind.
     assert host["specfleet_expected_facts"] == {
         "device_class": "orin_nano",

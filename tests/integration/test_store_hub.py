@@ -1,0 +1,456 @@
+"""`specfleet store add` against a loopback stand-in of the Hugging Face Hub.
+
+The command runs as a subprocess, with huggingface_hub's real snapshot_download, pointed
+at the stand-in by HF_ENDPOINT. The stand-in answers what snapshot_download asks of the Hub
+for a model repo, as strictly as the Hub:
+
+- GET /api/models/{repo}/revision/{rev}: the repo's info, ``sha`` the commit;
+- GET /api/models/{repo}/tree/{rev}?recursive=true: its files (git blob oid, size, and
+  ``lfs`` with the sha256 for large files), folders as ``directory`` entries;
+- HEAD/GET /{repo}/resolve/{rev}/{path}: a small file directly (ETag its git blob oid,
+  X-Repo-Commit, Content-Length); a large (LFS) file as a 302 to a CDN on another port
+  carrying X-Linked-Etag (the sha256), X-Linked-Size and X-Repo-Commit. The CDN serves only
+  signed URLs and refuses a request carrying an Authorization header, as S3 does: the token
+  must not leave the Hub.
+
+Errors carry the Hub's headers (X-Error-Code, X-Error-Message): an unknown repo is 404
+RepoNotFound, an unknown revision 404 RevisionNotFound, a missing file 404 EntryNotFound; a
+gated repo is 401 GatedRepo without a bearer token and 403 GatedRepo with a token that may
+not read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+import pytest
+
+from tests.conftest import REPO
+
+# The command as the README shows it (`specfleet store add`), through the CLI's parser.
+STORE_COMMAND = [sys.executable, "-m", "specfleet.cli", "store"]
+CACHE_MANIFEST = [sys.executable, "-m", "specfleet.cli", "cache", "manifest"]
+
+PUBLIC = "acme/tiny-draft"
+GATED = "acme/gated-target"
+UNKNOWN = "acme/no-such-model"
+GOOD_TOKEN = "hf_standin_reader_0123456789abcdef"  # the account that accepted the licence
+OTHER_TOKEN = "hf_standin_other_fedcba9876543210"  # an account that did not
+CDN_SIGNATURE = "signed-by-standin"
+
+
+def git_blob_oid(content: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    files: dict[str, bytes]
+    lfs: frozenset[str] = frozenset()  # served through the CDN, etag = sha256
+    gated: bool = False
+    # What a gated repo refuses without access: "files" (the file downloads, /resolve/, as the
+    # Hub does: its info and file list are public) or "all" (its info and file list too).
+    # Both must end in the same clear error.
+    gate: str = "all"
+    commit: str = ""
+
+    def __post_init__(self) -> None:
+        self.commit = self.commit or hashlib.sha1(self.repo_id.encode()).hexdigest()
+
+    def etag(self, path: str) -> str:
+        return hashlib.sha256(self.files[path]).hexdigest() if path in self.lfs else git_blob_oid(self.files[path])
+
+
+@dataclass
+class Hub:
+    repos: dict[str, Repo]
+    blobs: dict[str, bytes] = field(default_factory=dict)  # what the CDN serves, by sha256
+    requests: list[tuple[str, str, str]] = field(default_factory=list)  # (server, method, path)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    cdn_origin: str = ""
+    cdn_status: int = 200  # anything else: the CDN fails every download with it
+
+    def count(self, server: str, fragment: str = "") -> int:
+        with self.lock:
+            return sum(1 for s, _, path in self.requests if s == server and fragment in path)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as httpx2 expects of the Hub
+    hub: Hub
+    server_name = "hub"
+
+    def log_message(self, *args) -> None:  # quiet test output
+        pass
+
+    def do_HEAD(self) -> None:
+        self.handle_request(head=True)
+
+    def do_GET(self) -> None:
+        self.handle_request(head=False)
+
+    def handle_request(self, head: bool) -> None:
+        url = urlsplit(self.path)
+        with self.hub.lock:
+            self.hub.requests.append((self.server_name, self.command, url.path))
+        self.route(unquote(url.path), parse_qs(url.query), head)
+
+    def send(self, status: int, body: bytes = b"", head: bool = False, **headers: str) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def send_json(self, data: object, head: bool = False) -> None:
+        self.send(200, json.dumps(data).encode(), head, Content_Type="application/json")
+
+    def error(self, status: int, code: str, message: str, head: bool, **headers: str) -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send(status, body, head, X_Error_Code=code, X_Error_Message=message, Content_Type="application/json",
+                  **headers)
+
+    def refused(self, repo: Repo, head: bool) -> bool:
+        """Answer for a repo the caller may not read (True), as the Hub does."""
+        if not repo.gated:
+            return False
+        auth = self.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            self.error(401, "GatedRepo", f"Access to model {repo.repo_id} is restricted. You must have access to it "
+                       "and be authenticated to access it. Please log in.", head)
+            return True
+        if auth != f"Bearer {GOOD_TOKEN}":
+            self.error(403, "GatedRepo", f"Access to model {repo.repo_id} is restricted and you are not in the "
+                       f"authorized list. Visit https://huggingface.co/{repo.repo_id} to ask for access.", head)
+            return True
+        return False
+
+    def lookup(self, repo_id: str, revision: str, head: bool, gate: bool = True) -> Repo | None:
+        repo = self.hub.repos.get(repo_id)
+        if repo is None:
+            self.error(404, "RepoNotFound", "Repository not found", head)
+            return None
+        if gate and self.refused(repo, head):
+            return None
+        if revision not in ("main", repo.commit):
+            self.error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+            return None
+        return repo
+
+    def route(self, path: str, query: dict[str, list[str]], head: bool) -> None:
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] in ("revision", "tree") and not head:
+            repo_id, kind, revision = f"{parts[2]}/{parts[3]}", parts[4], parts[5]
+            known = self.hub.repos.get(repo_id)
+            repo = self.lookup(repo_id, revision, head, gate=known is not None and known.gate == "all")
+            if repo is None:
+                return
+            if kind == "revision":
+                self.send_json({
+                    "_id": repo.commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit,
+                    "private": False, "gated": "manual" if repo.gated else False, "disabled": False,
+                    "lastModified": "2026-01-02T03:04:05.000Z", "tags": [], "library_name": "transformers",
+                    "siblings": [{"rfilename": name} for name in sorted(repo.files)],
+                })
+            else:
+                self.send_json(self.tree(repo, recursive=query.get("recursive") == ["true"]))
+            return
+        if len(parts) >= 5 and parts[2] == "resolve":
+            repo_id, revision, filename = f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])
+            repo = self.lookup(repo_id, revision, head)
+            if repo is None:
+                return
+            if filename not in repo.files:
+                self.error(404, "EntryNotFound", f"{filename} does not exist on \"{revision}\"", head,
+                           X_Repo_Commit=repo.commit)
+                return
+            content, etag = repo.files[filename], repo.etag(filename)
+            if filename in repo.lfs:
+                self.hub.blobs[etag] = content
+                location = f"{self.hub.cdn_origin}/blobs/{etag}?sig={CDN_SIGNATURE}"
+                self.send(302, b"", head, Location=location, X_Linked_Etag=f'"{etag}"',
+                          X_Linked_Size=str(len(content)), X_Repo_Commit=repo.commit, ETag=f'"{etag}"')
+                return
+            self.send(200, content, head, ETag=f'"{etag}"', X_Repo_Commit=repo.commit,
+                      Content_Type="application/octet-stream")
+            return
+        self.error(404, "RepoNotFound", "Repository not found", head)
+
+    @staticmethod
+    def tree(repo: Repo, recursive: bool) -> list[dict]:
+        entries: dict[str, dict] = {}
+        for name in sorted(repo.files):
+            if not recursive and "/" in name:
+                top = name.split("/")[0]
+                entries[top] = {"type": "directory", "oid": git_blob_oid(top.encode()), "size": 0, "path": top}
+                continue
+            for depth in range(1, name.count("/") + 1):
+                folder = "/".join(name.split("/")[:depth])
+                entries[folder] = {"type": "directory", "oid": git_blob_oid(folder.encode()), "size": 0,
+                                   "path": folder}
+            content = repo.files[name]
+            entry = {"type": "file", "oid": git_blob_oid(content), "size": len(content), "path": name}
+            if name in repo.lfs:
+                entry["lfs"] = {"oid": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": 134}
+            entries[name] = entry
+        return list(entries.values())
+
+
+class CdnHandler(Handler):
+    server_name = "cdn"
+
+    def route(self, path: str, query: dict[str, list[str]], head: bool) -> None:
+        if "Authorization" in self.headers:  # S3: only one auth mechanism allowed
+            self.error(400, "InvalidArgument", "Only one auth mechanism allowed", head)
+            return
+        if self.hub.cdn_status != 200:
+            self.error(self.hub.cdn_status, "ServiceUnavailable", "Please reduce your request rate", head)
+            return
+        sha = path.rsplit("/", 1)[-1]
+        if query.get("sig") != [CDN_SIGNATURE] or sha not in self.hub.blobs:
+            self.error(403, "AccessDenied", "Request has expired or signature is invalid", head)
+            return
+        self.send(200, self.hub.blobs[sha], head, Content_Type="application/octet-stream", ETag=f'"{sha}"')
+
+
+def repos() -> dict[str, Repo]:
+    weights = bytes(range(256)) * 64  # 16 KiB standing in for safetensors
+    public = Repo(PUBLIC, {
+        "config.json": b'{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}\n',
+        "tokenizer/tokenizer_config.json": b'{"model_max_length": 2048}\n',
+        "model.safetensors": weights,
+        ".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n",
+    }, lfs=frozenset({"model.safetensors"}))
+    gated = Repo(GATED, {"config.json": b'{"hidden_size": 128}\n', "model.safetensors": weights[::-1]},
+                 lfs=frozenset({"model.safetensors"}), gated=True)
+    return {repo.repo_id: repo for repo in (public, gated)}
+
+
+@pytest.fixture
+def hub() -> Iterator[tuple[Hub, str]]:
+    """The stand-in Hub and its CDN on 127.0.0.1, ports chosen by the kernel."""
+    state = Hub(repos())
+    handlers = [type("HubHandler", (Handler,), {"hub": state}), type("CdnBlobHandler", (CdnHandler,), {"hub": state})]
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), handler) for handler in handlers]
+    for server in servers:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.cdn_origin = f"http://127.0.0.1:{servers[1].server_address[1]}"
+    yield state, f"http://127.0.0.1:{servers[0].server_address[1]}"
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def run(args: list[str], endpoint: str, cwd: Path, home: Path, token: str | None = None,
+        command: list[str] = STORE_COMMAND) -> subprocess.CompletedProcess:
+    # The developer's own Hugging Face settings (a token, an endpoint, offline mode) stay out.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(
+        HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+        NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONPATH=str(REPO),
+    )
+    if token is not None:
+        env["HF_TOKEN"] = token
+    return subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The command's own report: one line, no traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("specfleet store add:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def assert_hub_layout(entry: Path, repo: Repo) -> None:
+    assert (entry / "refs" / "main").read_text() == repo.commit
+    snapshot = entry / "snapshots" / repo.commit
+    for name, content in repo.files.items():
+        link = snapshot / name
+        assert link.is_symlink(), name
+        blob = link.resolve()
+        assert blob.parent == (entry / "blobs").resolve() and blob.name == repo.etag(name)
+        assert blob.read_bytes() == content
+    assert not [p for p in entry.rglob("*") if p.name.endswith((".incomplete", ".tmp", ".part"))]
+
+
+def test_public_repo_lands_in_hub_layout_with_its_manifest_and_a_rerun_downloads_nothing(hub, tmp_path):
+    state, endpoint = hub
+    repo = state.repos[PUBLIC]
+    # No --store: the default files/hf-store below the current directory (the checkout).
+    result = run(["add", PUBLIC, "--format", "json"], endpoint, tmp_path, tmp_path / "hf-home")
+    assert result.returncode == 0, result.stderr
+    store = tmp_path / "files" / "hf-store"
+    entry = store / "hub" / "models--acme--tiny-draft"
+    assert_hub_layout(entry, repo)
+    summary = json.loads(result.stdout)
+    assert summary["revision"] == repo.commit and summary["name"] == entry.name
+    # A HEAD per file; a GET per small file from the Hub, and for the LFS file from the CDN
+    # (the HEAD stops at the redirect: the metadata is on it).
+    assert state.count("hub", "/resolve/") == len(repo.files) + len(repo.files) - len(repo.lfs)
+    assert state.count("cdn") == len(repo.lfs)
+
+    # The manifest is what `specfleet cache manifest` writes for the same tree.
+    manifest = (store / "manifests" / f"{entry.name}.json").read_text()
+    twin = tmp_path / "twin"
+    shutil.copytree(store / "hub", twin / "hub", symlinks=True)
+    written = run([str(twin), "--format", "json"], endpoint, tmp_path, tmp_path / "hf-home", command=CACHE_MANIFEST)
+    assert written.returncode == 0, written.stderr
+    assert (twin / "manifests" / f"{entry.name}.json").read_text() == manifest
+    assert json.loads(manifest)["id"] == summary["id"]
+    assert sorted(p.name for p in (store / "manifests").iterdir()) == [f"{entry.name}.json"]
+
+    # Again: the revision is asked for, nothing is downloaded, the manifest is the same.
+    before = len(state.requests)
+    again = run(["add", PUBLIC, "--store", str(store)], endpoint, tmp_path, tmp_path / "hf-home")
+    assert again.returncode == 0, again.stderr
+    later = state.requests[before:]
+    assert [(s, m) for s, m, _ in later] == [("hub", "GET")]
+    assert later[0][2] == f"/api/models/{PUBLIC}/revision/main"
+    assert (store / "manifests" / f"{entry.name}.json").read_text() == manifest
+    assert repo.commit in again.stdout
+
+
+def test_a_revision_is_what_refs_main_points_at(hub, tmp_path):
+    state, endpoint = hub
+    repo = state.repos[PUBLIC]
+    store = tmp_path / "store"
+    result = run(["add", PUBLIC, "--store", str(store), "--revision", repo.commit], endpoint, tmp_path, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_hub_layout(store / "hub" / "models--acme--tiny-draft", repo)
+    assert (store / "manifests" / "models--acme--tiny-draft.json").is_file()
+
+    manifest = (store / "manifests" / "models--acme--tiny-draft.json").read_text()
+    missing = run(["add", PUBLIC, "--store", str(store), "--revision", "v9"], endpoint, tmp_path, tmp_path)
+    assert missing.returncode == 1
+    assert "no revision 'v9'" in one_line_error(missing)
+    # The entry did not change: its manifest is back, nothing else is left in manifests/.
+    assert (store / "manifests" / "models--acme--tiny-draft.json").read_text() == manifest
+    assert [p.name for p in (store / "manifests").iterdir()] == ["models--acme--tiny-draft.json"]
+
+
+def test_a_download_that_fails_midway_leaves_no_manifest_and_the_next_run_resumes(hub, tmp_path):
+    state, endpoint = hub
+    repo = state.repos[PUBLIC]
+    store = tmp_path / "store"
+    manifest = store / "manifests" / "models--acme--tiny-draft.json"
+    assert run(["add", PUBLIC, "--store", str(store)], endpoint, tmp_path, tmp_path).returncode == 0
+    first = manifest.read_text()
+
+    # A new commit on the Hub, and its CDN failing: the small files arrive, the weights do not.
+    repo.files = {**repo.files, "config.json": b'{"hidden_size": 96}\n', "model.safetensors": b"w" * 4096}
+    repo.commit = hashlib.sha1(b"second commit").hexdigest()
+    state.cdn_status = 503
+    failed = run(["add", PUBLIC, "--store", str(store)], endpoint, tmp_path, tmp_path)
+    assert failed.returncode == 1
+    assert "HTTP 503" in one_line_error(failed)
+    entry = store / "hub" / "models--acme--tiny-draft"
+    assert (entry / "refs" / "main").read_text() == repo.commit  # huggingface_hub moved on ...
+    assert not (entry / "snapshots" / repo.commit / "model.safetensors").exists()
+    assert not manifest.exists()  # ... so no manifest claims the entry is complete
+    assert list((store / "manifests").iterdir()) == []
+
+    state.cdn_status = 200
+    before = len(state.requests)
+    resumed = run(["add", PUBLIC, "--store", str(store)], endpoint, tmp_path, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    fetched = [(server, method, path) for server, method, path in state.requests[before:] if method == "GET"]
+    assert [path.rsplit("/", 1)[-1] for server, _, path in fetched if server == "hub"] == ["main"]
+    assert [server for server, _, _ in fetched] == ["hub", "cdn"]  # the revision, then only the weights
+    assert_hub_layout(entry, repo)
+    assert manifest.read_text() != first
+
+
+@pytest.mark.parametrize("gate", ["all", "files"])
+def test_gated_repo_needs_the_token_from_the_environment_and_never_shows_it(hub, tmp_path, gate):
+    state, endpoint = hub
+    repo = state.repos[GATED]
+    repo.gate = gate
+    store = tmp_path / "store"
+    entry = store / "hub" / "models--acme--gated-target"
+    manifest = store / "manifests" / f"{entry.name}.json"
+
+    refused = run(["add", GATED, "--store", str(store)], endpoint, tmp_path, tmp_path)
+    assert refused.returncode == 1
+    line = one_line_error(refused)
+    assert GATED in line and f"https://huggingface.co/{GATED}" in line and "HF_TOKEN" in line and "401" in line
+    assert not manifest.exists() and not list((entry / "snapshots").glob("*/*"))
+    # Refused where the Hub refuses: at the file downloads, or already at the repo's info.
+    assert (state.count("hub", "/resolve/") > 0) == (gate == "files")
+
+    wrong = run(["add", GATED, "--store", str(store)], endpoint, tmp_path, tmp_path, token=OTHER_TOKEN)
+    assert wrong.returncode == 1
+    line = one_line_error(wrong)
+    assert "403" in line and f"https://huggingface.co/{GATED}" in line and "HF_TOKEN" in line
+    assert OTHER_TOKEN not in wrong.stdout + wrong.stderr
+    assert not manifest.exists()
+
+    accepted = run(["add", GATED, "--store", str(store)], endpoint, tmp_path, tmp_path, token=GOOD_TOKEN)
+    assert accepted.returncode == 0, accepted.stderr
+    assert GOOD_TOKEN not in accepted.stdout + accepted.stderr
+    assert_hub_layout(entry, repo)
+    assert manifest.is_file()
+    # The CDN refuses any request with an Authorization header: the blob came without the token.
+    assert state.count("cdn") == len(repo.lfs)
+
+
+def test_unknown_repo_fails_clearly(hub, tmp_path):
+    state, endpoint = hub
+    store = tmp_path / "store"
+    result = run(["add", UNKNOWN, "--store", str(store)], endpoint, tmp_path, tmp_path)
+    assert result.returncode == 1
+    line = one_line_error(result)
+    assert UNKNOWN in line and "no such model repo" in line
+    assert not (store / "hub" / "models--acme--no-such-model").exists()
+    assert not list((store / "manifests").iterdir())
+
+
+def test_a_store_that_cannot_be_written_fails_before_any_download(hub, tmp_path):
+    state, endpoint = hub
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    result = run(["add", PUBLIC, "--store", str(blocker / "store")], endpoint, tmp_path, tmp_path)
+    assert result.returncode == 2
+    assert "cannot write" in one_line_error(result)
+
+    # A store whose manifests/ cannot be written: the check comes before the download, and
+    # undoes the directories it made.
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "manifests").write_text("")
+    result = run(["add", PUBLIC, "--store", str(store)], endpoint, tmp_path, tmp_path)
+    assert result.returncode == 2
+    assert "cannot write" in one_line_error(result)
+    assert sorted(p.name for p in store.iterdir()) == ["manifests"]
+    assert state.requests == []
+
+    if os.geteuid() != 0:  # root writes into a 0555 directory anyway
+        readonly = tmp_path / "readonly"
+        readonly.mkdir(mode=0o555)
+        result = run(["add", PUBLIC, "--store", str(readonly)], endpoint, tmp_path, tmp_path)
+        assert result.returncode == 2 and not list(readonly.iterdir())
+
+
+def test_the_url_paths_the_stand_in_serves_are_those_huggingface_hub_asks_for():
+    """If huggingface_hub changed its endpoints, the stand-in would test nothing."""
+    from huggingface_hub import constants, hf_hub_url
+
+    url = hf_hub_url(PUBLIC, "tokenizer/tokenizer_config.json", revision="c0ffee", endpoint="http://h")
+    assert url == f"http://h/{PUBLIC}/resolve/c0ffee/{quote('tokenizer/tokenizer_config.json')}"
+    assert constants.HUGGINGFACE_HEADER_X_REPO_COMMIT == "X-Repo-Commit"
+    assert constants.HUGGINGFACE_HEADER_X_LINKED_ETAG == "X-Linked-Etag"
