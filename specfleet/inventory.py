@@ -35,18 +35,33 @@ def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
 
 def _load_vault_secrets(loader: Any) -> None:
     """Vaulted inventory values (a become password) decrypt with the vault password sources
-    ansible.cfg names, as they do for ansible-playbook without flags; none configured, none
-    loaded, and reading a vaulted value then fails as Ansible does."""
+    ansible.cfg names, as they do for ansible-playbook without flags. A relative source is
+    taken from the configuration file's folder: this runs wherever its caller's working
+    directory is (the fan-out driver runs in the playbook's). None configured, or none
+    loadable: no secrets, and reading a vaulted value then fails as in Ansible."""
     from ansible import constants as C
     from ansible.cli import CLI
+    from ansible.errors import AnsibleError
 
-    password_files = [C.DEFAULT_VAULT_PASSWORD_FILE] if C.DEFAULT_VAULT_PASSWORD_FILE else []
-    if not (C.DEFAULT_VAULT_IDENTITY_LIST or password_files):
+    base = Path(C.CONFIG_FILE).parent if C.CONFIG_FILE else Path.cwd()
+    identities = [_anchored(slug, base) for slug in C.DEFAULT_VAULT_IDENTITY_LIST or []]
+    password_files = [str(base / C.DEFAULT_VAULT_PASSWORD_FILE)] if C.DEFAULT_VAULT_PASSWORD_FILE else []
+    if not (identities or password_files):
         return
-    secrets = CLI.setup_vault_secrets(loader, vault_ids=list(C.DEFAULT_VAULT_IDENTITY_LIST),
-                                      vault_password_files=password_files, ask_vault_pass=False,
-                                      auto_prompt=False, initialize_context=False)
+    try:
+        secrets = CLI.setup_vault_secrets(loader, vault_ids=identities, vault_password_files=password_files,
+                                          ask_vault_pass=False, auto_prompt=False, initialize_context=False)
+    except AnsibleError:
+        return
     loader.set_vault_secrets(secrets)
+
+
+def _anchored(vault_id: str, base: Path) -> str:
+    """`label@source` with a relative file source made absolute under `base`."""
+    label, at, source = vault_id.rpartition("@")
+    if source in ("prompt", "prompt_ask_vault_pass") or Path(source).is_absolute():
+        return vault_id
+    return f"{label}{at}{base / source}"
 
 
 def _plain(value: Any) -> Any:

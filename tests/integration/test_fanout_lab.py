@@ -109,7 +109,7 @@ def live_state(node: Node, manifest: dict) -> dict:
 def test_role_distributes_and_every_live_store_verifies(lab_units, tmp_path):
     store = tmp_path / "store"
     manifest = make_store(store, b"v1")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_HOST_KEY_CHECKING": "False"}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     proc = subprocess.run(
         [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(REPO / "inventory/lab"),
          str(REPO / "playbooks/distribute.yml"),

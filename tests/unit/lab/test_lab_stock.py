@@ -55,8 +55,10 @@ def test_state_keeps_the_stock_setting(tmp_path):
 
 def test_ssh_checks_host_keys_against_the_lab_known_hosts(tmp_path):
     cfg = cfg_in(tmp_path)
-    args = inventory.ssh_common_args(cfg)
+    args = inventory.ssh_common_args(cfg, "thor-01")
     assert f"UserKnownHostsFile={tmp_path}/lab/build/known_hosts" in args
+    # Under the unit's name: lab addresses are reused by every profile, names are not.
+    assert "HostKeyAlias=thor-01" in args
     assert "StrictHostKeyChecking" not in args and "/dev/null" not in args
 
 
@@ -184,30 +186,6 @@ def test_host_keys_persist_per_unit_and_rekey_replaces_them(tmp_path):
     assert sorted(p.name for p in cfg.host_keys_dir.iterdir()) == ["thor-01"]  # no scratch left
     with pytest.raises(Exception, match="not a unit name"):
         hostkeys.unit_dir(cfg, "../etc")
-
-
-def test_known_hosts_lines_come_from_the_state_and_the_persisted_keys(tmp_path):
-    cfg = cfg_in(tmp_path)
-    assert inventory.lab_known_hosts_lines(cfg) == []  # lab down
-    hostkeys.ensure(cfg, "thor-01")
-    st = state.LabState(units=[record("thor-01", "10.213.77.10", "nvidia"),
-                               record("thor-02", "10.213.77.11", "nvidia")])
-    state.save(cfg.state_file, st)
-    lines = inventory.lab_known_hosts_lines(cfg)
-    # thor-02 has no keys yet: nothing claimed for it.
-    assert [line.split()[:2] for line in lines] == [
-        ["10.213.77.10", "ssh-rsa"], ["10.213.77.10", "ecdsa-sha2-nistp256"], ["10.213.77.10", "ssh-ed25519"]]
-    assert all(len(line.split()) == 3 for line in lines)
-    cfg.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-    cfg.known_hosts.write_text("10.213.77.10 ssh-ed25519 OLDKEY\nother.example ssh-ed25519 KEEP\n")
-    inventory.trust_lab_host_keys(cfg)
-    text = cfg.known_hosts.read_text()
-    assert "OLDKEY" not in text and "other.example ssh-ed25519 KEEP" in text and lines[0] in text
-
-
-def test_merge_known_hosts_replaces_only_the_given_hosts():
-    merged = inventory.merge_known_hosts("a k1 x\nb k1 y\n\n", ["a k2 z"])
-    assert merged == "b k1 y\na k2 z\n"
 
 
 def members(data: bytes) -> dict[str, tarfile.TarInfo]:
