@@ -64,6 +64,11 @@ class Node:
     def __post_init__(self) -> None:
         self.peer = self.peer or self.host
 
+    def connection_args(self) -> list[str]:
+        """ssh options that reach this unit as its inventory says (port, user, key, common args)."""
+        return ["-p", str(self.port), "-l", self.user, *(["-i", self.key_file] if self.key_file else []),
+                *self.ssh_args]
+
 
 def nodes_from_inventory(inventory: str, limit: Iterable[str] | None = None) -> list[Node]:
     """Units of an Ansible inventory (ansible_host/user/port/key/common args;
@@ -136,12 +141,8 @@ class Runner:
 
     # ---- ssh plumbing ----------------------------------------------------------------
     def ssh_base(self, node: Node, multiplex: bool = True, connect_timeout: int = 8) -> list[str]:
-        argv = ["ssh", "-p", str(node.port), "-l", node.user, "-o", "BatchMode=yes",
-                "-o", f"ConnectTimeout={connect_timeout}", "-o", "ServerAliveInterval=5",
-                "-o", "ServerAliveCountMax=3"]
-        if node.key_file:
-            argv += ["-i", node.key_file]
-        argv += node.ssh_args
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", *node.connection_args()]
         if multiplex:
             argv += ["-o", f"ControlPath={self.tmp}/%C", "-o", "ControlMaster=no"]
         else:

@@ -125,16 +125,9 @@ class Finding:
     detail: str = ""
 
 
-def _ssh_argv(node) -> list[str]:
-    argv = ["-p", str(node.port), "-l", node.user]
-    if node.key_file:
-        argv += ["-i", str(node.key_file)]
-    return argv + list(node.ssh_args)
-
-
 def examine(node) -> tuple[Finding, list[tuple[str, str]], dict[str, str]]:
     """Resolve, scan and look up one unit; nothing is written here."""
-    resolved = subprocess.run(["ssh", "-G", *_ssh_argv(node), node.host], capture_output=True, text=True,
+    resolved = subprocess.run(["ssh", "-G", *node.connection_args(), node.host], capture_output=True, text=True,
                               timeout=30, check=False)
     if resolved.returncode != 0:
         return Finding(node.name, node.host, "", UNREACHABLE, detail=resolved.stderr.strip()), [], {}

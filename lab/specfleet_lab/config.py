@@ -89,8 +89,8 @@ class LabConfig:
 
     @property
     def known_hosts(self) -> Path:
-        """The lab inventory's UserKnownHostsFile. The lab never writes it (the toolkit's
-        host-key command does); `specfleet lab known-hosts` prints what belongs in it."""
+        """The lab inventory's UserKnownHostsFile. The lab never writes it: `specfleet
+        hostkeys -i inventory/lab` does, as on a real fleet."""
         return self.build_dir / "known_hosts"
 
     @property

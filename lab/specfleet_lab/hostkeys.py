@@ -96,8 +96,3 @@ def public_keys(cfg: LabConfig, unit: str) -> list[str]:
             parts = pub.read_text().split()
             keys.append(f"{parts[0]} {parts[1]}")
     return keys
-
-
-def known_hosts_lines(hosts: list[tuple[str, list[str]]]) -> list[str]:
-    """`host keytype key` lines for (address, public keys) pairs, in the given order."""
-    return [f"{address} {key}" for address, keys in hosts for key in keys]

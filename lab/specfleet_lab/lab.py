@@ -21,6 +21,7 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
+from specfleet import hostkeys as known_hosts
 from specfleet_lab import aptmirror, engine, hostkeys, images, inventory, models, network, real_engine, registry
 from specfleet_lab import state as state_mod
 from specfleet_lab.config import STOCK_UNIT_IMAGE, UNIT_IMAGE, LabConfig
@@ -520,9 +521,9 @@ def set_faults(cfg: LabConfig, unit: str, faults: dict[str, Any] | None) -> None
 
 
 # ---- host keys ----------------------------------------------------------------------------
-def _keyscan(address: str) -> set[str]:
+def _keyscan(address: str) -> set[tuple[str, str]]:
     proc = run(["ssh-keyscan", "-T", "3", "-t", ",".join(hostkeys.KEY_TYPES), address], check=False)
-    return {" ".join(line.split()[1:3]) for line in proc.stdout.splitlines() if line and not line.startswith("#")}
+    return set(known_hosts.parse_keys(proc.stdout))
 
 
 def rekey(cfg: LabConfig, unit: str, timeout: float = 20.0) -> list[str]:
@@ -542,10 +543,11 @@ def rekey(cfg: LabConfig, unit: str, timeout: float = 20.0) -> list[str]:
     files, private = hostkeys.unit_files(cfg, unit)
     engine.docker_input(cfg, ["cp", "-a", "-", f"{record['container']}:/"], files_tar(files, private))
     engine.docker(cfg, ["exec", record["container"], "pkill", "-HUP", "-o", "-x", "sshd"])
-    keys = hostkeys.public_keys(cfg, unit)
+    keys = [tuple(key.split()[:2]) for key in hostkeys.public_keys(cfg, unit)]
     deadline = time.monotonic() + timeout
     while _keyscan(record["address"]) != set(keys):
         if time.monotonic() > deadline:
             raise LabError(f"{unit}'s sshd does not serve its new host keys after {timeout:.0f}s")
         time.sleep(0.5)
-    return hostkeys.known_hosts_lines([(unit, keys)])  # under its name: the inventory's HostKeyAlias
+    # Under its name: the inventory's HostKeyAlias.
+    return known_hosts.known_hosts_lines(unit, keys, hashed=False)
