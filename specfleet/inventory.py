@@ -54,6 +54,12 @@ def _load_vault_secrets(loader: Any) -> None:
     except AnsibleError:
         return
     loader.set_vault_secrets(secrets)
+    # A vaulted value inside a plain file (`ansible-vault encrypt_string`) decrypts when read,
+    # from the process's vault context, which Ansible's own CLIs set up once per process.
+    from ansible.parsing.vault import VaultSecretsContext
+
+    if VaultSecretsContext.current(optional=True) is None:
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
 
 
 def _anchored(vault_id: str, base: Path) -> str:

@@ -14,6 +14,8 @@ commands put it there, each in the place and layout its role reads:
 What these commands need from the roles (the default store and encodings directories, the
 encodings and their checksums, the URL prefix) is read from the roles' own defaults/main.yml,
 in the collection beside the controller's module_utils: one source for the role and the CLI.
+An inventory that sets its own specfleet_tiktoken_encodings (``store tiktoken -i``) is the
+table the role checks on its units, so the command checks the same one.
 
 A gated repo's token comes from the environment (HF_TOKEN, read by huggingface_hub itself);
 it is never taken on a command line and never printed.
@@ -51,9 +53,11 @@ HUB_SITE = "https://huggingface.co"
 # The collection's root (roles/, plugins/, playbooks/): module_utils sits at plugins/module_utils.
 COLLECTION_ROOT = Path(unit_layout.__file__).resolve().parents[2]
 
-# The roles name controller paths relative to the playbooks (playbooks/../files/...); the CLI
-# runs from the checkout, where that is files/... below the current directory.
-PLAYBOOK_RELATIVE = "{{ playbook_dir }}/../"
+# The roles name their controller folders below specfleet_files_dir, unset files/ beside the
+# playbooks' folder (the checkout's files/); the CLI runs in the folder that holds files/ (the
+# checkout, or the event folder whose inventory sets specfleet_files_dir: "{{ inventory_dir }}/files").
+FILES_DIR_DEFAULT = "{{ specfleet_files_dir | default(playbook_dir ~ '/../files') }}/"
+FILES_DIR = "files/"
 
 # Errors of the filesystem that mean "this store cannot be written", not "the download failed".
 _STORE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR}
@@ -82,10 +86,10 @@ def role_defaults(role: str) -> dict[str, Any]:
 
 
 def checkout_path(value: str, variable: str) -> str:
-    """``files/hf-store`` for a role default ``{{ playbook_dir }}/../files/hf-store``."""
-    if not value.startswith(PLAYBOOK_RELATIVE) or "{{" in value[len(PLAYBOOK_RELATIVE) :]:
-        raise ValueError(f"{variable}: {value!r} is not a path below {PLAYBOOK_RELATIVE!r}")
-    return value[len(PLAYBOOK_RELATIVE) :]
+    """``files/hf-store`` for a role default ``{{ specfleet_files_dir | default(...) }}/hf-store``."""
+    if not value.startswith(FILES_DIR_DEFAULT) or "{{" in value[len(FILES_DIR_DEFAULT) :]:
+        raise ValueError(f"{variable}: {value!r} is not a path below {FILES_DIR_DEFAULT!r}")
+    return FILES_DIR + value[len(FILES_DIR_DEFAULT) :]
 
 
 def default_store() -> str:
@@ -326,11 +330,15 @@ class Encoding:
         return f"{self.name}.tiktoken"  # what the role reads from specfleet_tiktoken_source_dir
 
 
-def tiktoken_table() -> tuple[list[Encoding], str]:
+def tiktoken_table(listed: Any = None) -> tuple[list[Encoding], str]:
     """The encodings roles/specfleet_tiktoken installs and the URL prefix they are published
-    under, from the role's defaults (the one list of them)."""
+    under, from the role's defaults (the one list of them); ``listed``: an inventory's own
+    specfleet_tiktoken_encodings instead, the table the role then checks on its units."""
     defaults = role_defaults("specfleet_tiktoken")
-    encodings = [Encoding(str(e["name"]), str(e["sha256"])) for e in defaults["specfleet_tiktoken_encodings"]]
+    table = defaults["specfleet_tiktoken_encodings"] if listed is None else listed
+    if not isinstance(table, list) or not all(isinstance(e, dict) and {"name", "sha256"} <= set(e) for e in table):
+        raise ValueError(f"specfleet_tiktoken_encodings: {table!r} is not a list of {{name, sha256}}")
+    encodings = [Encoding(str(e["name"]), str(e["sha256"])) for e in table]
     prefix = str(defaults["specfleet_tiktoken_url_prefix"])
     for encoding in encodings:
         if not _ENCODING_NAME.fullmatch(encoding.name) or not _SHA256.fullmatch(encoding.sha256):
@@ -338,6 +346,20 @@ def tiktoken_table() -> tuple[list[Encoding], str]:
     if "{{" in prefix:
         raise ValueError(f"specfleet_tiktoken_url_prefix: {prefix!r} is templated; the CLI reads it literally")
     return encodings, prefix
+
+
+def inventory_table(variables: dict[str, dict[str, Any]], inventory: str) -> Any:
+    """The specfleet_tiktoken_encodings an inventory sets for its hosts (None: it sets none, the
+    role's defaults apply). Hosts that disagree are refused: one folder holds one table."""
+    tables: dict[str, list[str]] = {}
+    for host, host_vars in variables.items():
+        if "specfleet_tiktoken_encodings" in host_vars:
+            tables.setdefault(json.dumps(host_vars["specfleet_tiktoken_encodings"], sort_keys=True), []).append(host)
+    if len(tables) > 1:
+        groups = "; ".join(", ".join(hosts) for hosts in tables.values())
+        raise StoreError(f"{inventory}: specfleet_tiktoken_encodings differs between hosts ({groups}); "
+                         "give each table its own inventory and --dir", EXIT_BAD_INPUT)
+    return json.loads(next(iter(tables))) if tables else None
 
 
 def encoding_url(prefix: str, encoding: Encoding) -> str:
@@ -413,7 +435,19 @@ def fetch_tiktoken(
 
 def cmd_tiktoken(args: argparse.Namespace) -> int:
     try:
-        encodings, prefix = tiktoken_table()
+        listed = None
+        if args.inventory:
+            from specfleet.inventory import host_variables
+
+            try:
+                variables = host_variables(args.inventory)
+            except Exception as exc:  # Ansible's own parse errors: one line, not a traceback
+                raise StoreError(f"{args.inventory}: cannot read the inventory ({exc})", EXIT_BAD_INPUT) from exc
+            listed = inventory_table(variables, args.inventory)
+        try:
+            encodings, prefix = tiktoken_table(listed)
+        except ValueError as exc:
+            raise StoreError(f"{args.inventory or 'roles/specfleet_tiktoken'}: {exc}", EXIT_BAD_INPUT) from exc
         if args.url_prefix:
             if not args.url_prefix.startswith(("http://", "https://")):
                 raise StoreError(f"--url-prefix {args.url_prefix!r}: not an http(s) URL", EXIT_BAD_INPUT)
@@ -439,8 +473,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "store",
         help="fill the controller's stores (models, tiktoken encodings) on a connected machine",
         description="Download what the units will need into the controller's stores, where the roles "
-        "copy it from. Run from the checkout: the default directories are the roles' defaults "
-        "({{ playbook_dir }}/../files/...), relative to the current directory.",
+        "copy it from. Run it in the folder that holds files/ (the checkout, or the folder whose files/ "
+        "your inventory's specfleet_files_dir names): the default directories are the roles' defaults below it.",
     )
     commands = parser.add_subparsers(dest="store_command", required=True)
 
@@ -457,7 +491,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--store", default=store_default, metavar="DIR",
         help=f"model store (default {store_default}, relative to the current directory: the "
-        "specfleet_hf_cache_store default when run from the checkout)",
+        "specfleet_hf_cache_store default, specfleet_files_dir/hf-store)",
     )
     add.add_argument(
         "--revision", metavar="REV",
@@ -470,18 +504,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tiktoken = commands.add_parser(
         "tiktoken",
         help="download the tiktoken encodings specfleet_tiktoken installs, sha256-verified",
-        description="Download each encoding of specfleet_tiktoken_encodings (the role's defaults) from "
-        "specfleet_tiktoken_url_prefix into DIR, keeping a file only when its sha256 is the listed one; "
-        "files already there with the right sha256 are not fetched again.",
+        description="Download each encoding of specfleet_tiktoken_encodings (the role's defaults, or the "
+        "inventory's with -i) from specfleet_tiktoken_url_prefix into DIR, keeping a file only when its sha256 "
+        "is the listed one; files already there with the right sha256 are not fetched again.",
     )
     tiktoken.add_argument(
         "--dir", default=tiktoken_default, metavar="DIR",
         help=f"encodings directory (default {tiktoken_default}, relative to the current directory: the "
-        "specfleet_tiktoken_source_dir default when run from the checkout)",
+        "specfleet_tiktoken_source_dir default, specfleet_files_dir/tiktoken)",
+    )
+    tiktoken.add_argument(
+        "-i", "--inventory", metavar="INVENTORY",
+        help="the encodings and sha256 this inventory's specfleet_tiktoken_encodings lists (the table the role "
+        "checks on its units), where it sets one; else the role's",
     )
     tiktoken.add_argument(
         "--url-prefix", metavar="URL",
-        help="fetch from this prefix instead (a site mirror); the checksums stay the role's",
+        help="fetch from this prefix instead (a site mirror); the checksums stay the table's",
     )
     tiktoken.add_argument("--format", choices=("text", "json"), default="text")
     tiktoken.set_defaults(func=cmd_tiktoken)

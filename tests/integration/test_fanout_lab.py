@@ -1,4 +1,5 @@
-"""Fan-out on a small lab: real rsync over SSH between unit containers.
+"""Fan-out on a small lab of stock units: real rsync over SSH between unit containers, as the
+login user `nvidia` (sudo with a password, which rsync cannot answer), not root.
 
 1. The role (playbooks/distribute.yml) distributes a store to every unit; every unit's
    live store verifies against the manifest (sha256 of every file) and the fleet key is
@@ -46,7 +47,7 @@ def lab_units() -> Iterator[list[Node]]:
     if lab.status(cfg)["lab"] != "down":
         pytest.skip("a lab is already up; run `specfleet lab down` before the lab tests")
     try:
-        lab.up(cfg, "workshop", UNITS, MBIT)
+        lab.up(cfg, "workshop", UNITS, MBIT, stock=True)
         trust_lab_host_keys()
         nodes = nodes_from_inventory(str(cfg.inventory_dir / "hosts.yml"))
         yield nodes
@@ -118,8 +119,11 @@ def test_role_distributes_and_every_live_store_verifies(lab_units, tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     for node in lab_units:
+        assert node.user == "nvidia", node
         state = live_state(node, manifest)
         assert state == {"live": manifest["id"], "bad": []}, node.name
+        owners = ssh(node, f"stat -c %U {ROOT} {ROOT}/hub {ROOT}/hub/{NAME}/ {ROOT}/.specfleet").stdout.split()
+        assert owners == ["nvidia"] * 4, (node.name, owners)
         left = ssh(node, "ls ~/.ssh; grep -c specfleet-fanout ~/.ssh/authorized_keys || true").stdout
         assert "specfleet_fanout" not in left.split() and left.strip().endswith("0"), left
 

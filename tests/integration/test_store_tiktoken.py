@@ -3,8 +3,8 @@
 The real encodings are not available offline, so the server serves stand-in content: its
 sha256 is not the role's, and the command must refuse it (exit 1, naming the file, the
 expected and the received sha256) and leave nothing behind. The success path needs stand-in
-checksums; the only way to give them is in-process, replacing the table the command loads
-from the role: the command line has no way to change or skip the check.
+checksums: an inventory that lists them for its units (`-i`), as the lab's does; the command
+line has no way to skip the check.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specfleet import store
 from tests.conftest import REPO
@@ -85,22 +86,47 @@ def test_a_file_the_server_does_not_have_fails_clearly(encodings_server, tmp_pat
     assert list((tmp_path / "enc").iterdir()) == []
 
 
-def test_verified_files_are_kept_and_not_fetched_again(encodings_server, tmp_path, monkeypatch, capsys):
+def standin_inventory(path: Path, table: list[dict]) -> Path:
+    """An inventory whose units check the stand-ins' sums (as the lab's does)."""
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"u1": None, "u2": None},
+                                            "vars": {"specfleet_tiktoken_encodings": table}}}))
+    return path
+
+
+def test_verified_files_are_kept_and_not_fetched_again(encodings_server, tmp_path):
     prefix, asked = encodings_server
-    # The test-only seam: the table the command reads from the role, with the stand-ins' sums.
-    standin = [store.Encoding(e.name, hashlib.sha256(STANDIN[e.filename]).hexdigest())
-               for e in store.tiktoken_table()[0]]
-    monkeypatch.setattr(store, "tiktoken_table", lambda: (standin, "https://unused.invalid/"))
+    # The stand-ins' sums, as an inventory lists them for its units' specfleet_tiktoken role.
+    table = [{"name": e.name, "sha256": hashlib.sha256(STANDIN[e.filename]).hexdigest()}
+             for e in store.tiktoken_table()[0]]
+    inventory = standin_inventory(tmp_path / "inventory.yml", table)
     target = tmp_path / "enc"
     target.mkdir()
-    (target / standin[1].filename).write_bytes(b"truncated")  # a wrong file is replaced
+    (target / f"{table[1]['name']}.tiktoken").write_bytes(b"truncated")  # a wrong file is replaced
 
-    assert store.main(["tiktoken", "--dir", str(target), "--url-prefix", prefix]) == 0
+    args = ["tiktoken", "-i", str(inventory), "--dir", str(target), "--url-prefix", prefix]
+    first = run(args, tmp_path)
+    assert first.returncode == 0, first.stderr
     assert {p.name: p.read_bytes() for p in target.iterdir()} == STANDIN
     assert all(oct(p.stat().st_mode & 0o777) == "0o644" for p in target.iterdir())
     assert len(asked) == 2
 
-    capsys.readouterr()
-    assert store.main(["tiktoken", "--dir", str(target), "--url-prefix", prefix]) == 0
+    again = run(args, tmp_path)
+    assert again.returncode == 0 and again.stdout.count(": present") == 2, again.stdout + again.stderr
     assert len(asked) == 2
-    assert capsys.readouterr().out.count(": present") == 2
+
+    # Without -i the role's own sums apply, and the stand-ins are refused.
+    refused = run(["tiktoken", "--dir", str(tmp_path / "other"), "--url-prefix", prefix], tmp_path)
+    assert refused.returncode == 1 and "sha256" in refused.stderr, refused.stderr
+
+
+def test_an_inventory_whose_hosts_disagree_is_refused_before_any_download(encodings_server, tmp_path):
+    prefix, asked = encodings_server
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "u1": {"specfleet_tiktoken_encodings": [{"name": "o200k_base", "sha256": "a" * 64}]},
+        "u2": {"specfleet_tiktoken_encodings": [{"name": "o200k_base", "sha256": "b" * 64}]}}}}))
+    result = run(["tiktoken", "-i", str(inventory), "--dir", str(tmp_path / "enc"), "--url-prefix", prefix], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"specfleet store tiktoken: {inventory}: specfleet_tiktoken_encodings differs "
+                                    "between hosts (u1; u2)"), result.stderr
+    assert asked == [] and not (tmp_path / "enc").exists()

@@ -23,11 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import quickstart
 import yaml
 from labtools import REPO
 from specfleet_lab import aptmirror, inventory, lab
 from specfleet_lab.config import LabConfig
 
+from tests import hub_standin
 from tests.conftest import trust_lab_host_keys
 
 pytestmark = pytest.mark.lab
@@ -321,6 +323,106 @@ def test_second_site_run_changes_nothing_on_the_units(rolled_out: dict) -> None:
     on_units = re.findall(r"^changed: \[([^\]\s]+)\]", second.stdout, re.MULTILINE)
     assert on_units == [], second.stdout[-6000:]
     assert all(recap(second.stdout)[name]["failed"] == 0 for name in NAMES)
+
+
+QUICKSTART_UNIT = "thor-01"
+QUICKSTART_REPOS = ("nvidia/Llama-3.1-8B-Instruct-FP4", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+
+
+@site_lane
+def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
+        cfg: LabConfig, stock_lab: dict, rolled_out: dict) -> None:
+    """Every block of the README's "Your own fleet", as written, by a user without root: the
+    collection installed with ansible-galaxy, the event folder's own ansible.cfg, inventory and
+    vaulted sudo password, host keys into the user's known_hosts, the stores filled by
+    `specfleet store`, site.yml by its FQCN. The unit was rolled out by the checkout's site.yml
+    above, from the lab's own store: the user's store holds the same files (plus the Hub's tree
+    listing), and the earlier decision stands (a re-run does not measure again)."""
+    steps = quickstart.blocks((REPO / "README.md").read_text())
+    assert [(b.language, b.file) for b in steps] == [
+        ("sh", None), ("ini", "~/event/ansible.cfg"), ("yaml", "~/event/inventory.yml"), ("sh", None),
+        ("sh", None), ("sh", None)], steps
+    install, config, readme_inventory, trust, fill, evening = steps
+    lab_vars = yaml.safe_load(inventory.all_vars_file(cfg).read_text())
+    store = Path(lab_vars["specfleet_hf_cache_store"])
+    hub_repos = {repo_id: hub_standin.repo_from_hub_cache(store / "hub" / f"models--{repo_id.replace('/', '--')}",
+                                                          repo_id) for repo_id in QUICKSTART_REPOS}
+    user = quickstart.fresh_user()
+    home = Path(user.pw_dir)
+    try:
+        quickstart.PIP_CACHE.mkdir(parents=True, exist_ok=True)
+        quickstart.give(quickstart.PIP_CACHE, user)
+        clone = home / "specfleet"
+        quickstart.copy_checkout(clone, user)
+        quickstart.install_ssh_key(cfg.ssh_key, user)
+        with hub_standin.serving(hub_repos) as (hub, endpoint), \
+                quickstart.serving_directory(Path(lab_vars["specfleet_tiktoken_source_dir"])) as encodings:
+            env = quickstart.environment(user, HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1",
+                                         HF_HUB_DISABLE_PROGRESS_BARS="1")
+
+            def run(block: quickstart.Block, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+                script = re.sub(r"^(specfleet store tiktoken .*)$", rf"\1 --url-prefix {encodings}", block.text,
+                                flags=re.M)
+                result = quickstart.run_as(user, script, cwd, env, stdin)
+                assert result.returncode == 0, block.text + result.stdout[-6000:] + result.stderr[-4000:]
+                return result
+
+            whoami = quickstart.run_as(user, "id -u", home, env)
+            assert whoami.stdout.strip() == str(user.pw_uid) != "0"
+            run(install, clone)
+            listed = quickstart.run_as(user, "ansible-galaxy collection list specfleet.fleet", home, env)
+            assert f"{home}/.ansible/collections/ansible_collections" in listed.stdout, listed.stdout
+
+            # The event folder: the README's files, and the lab's own settings beside them.
+            event = home / "event"
+            (event / "group_vars" / "all").mkdir(parents=True)
+            (event / "host_vars").mkdir()
+            (event / "ansible.cfg").write_text(config.text)
+            units = {QUICKSTART_UNIT: address(stock_lab, QUICKSTART_UNIT)}
+            (event / "inventory.yml").write_text(quickstart.event_inventory(readme_inventory.text, units))
+            lab_all, lab_host = quickstart.lab_layer(cfg.inventory_dir, QUICKSTART_UNIT)
+            (event / "group_vars" / "all" / "lab.yml").write_text(yaml.safe_dump(lab_all))
+            (event / "host_vars" / f"{QUICKSTART_UNIT}.yml").write_text(yaml.safe_dump(lab_host))
+            quickstart.give(event, user)
+
+            password = cfg.unit_password_file.read_text().strip()
+            trusted = run(trust, home, stdin=password + "\n")
+            vaulted = (event / "group_vars" / "all" / "vault.yml").read_text()
+            assert vaulted.startswith("ansible_become_password: !vault |") and password not in vaulted
+            line = next(line for line in trusted.stdout.splitlines() if line.startswith(QUICKSTART_UNIT + " "))
+            assert line.split()[1] == "added" and trusted.stdout.count("SHA256:") >= 3, trusted.stdout
+            known = subprocess.run(["ssh-keygen", "-F", units[QUICKSTART_UNIT], "-f", str(home / ".ssh/known_hosts")],
+                                   capture_output=True, text=True, check=False)
+            assert known.returncode == 0, known.stdout + known.stderr  # hashed names, as Debian's ssh_config asks
+
+            filled = run(fill, home)
+            assert all(repo_id in filled.stdout for repo_id in QUICKSTART_REPOS), filled.stdout[-4000:]
+            assert hub.count("hub", "/resolve/") > 0
+            mine = event / "files" / "hf-store"
+            for repo_id in QUICKSTART_REPOS:
+                name = f"models--{repo_id.replace('/', '--')}"
+                got, lab_made = (json.loads((where / "manifests" / f"{name}.json").read_text())
+                                 for where in (mine, store))
+                # The lab's files, byte for byte, plus huggingface_hub's cached tree listing of the
+                # commit (trees/<commit>.json, read by offline lookups), which the lab's store lacks.
+                extra = set(got["files"]) - set(lab_made["files"])
+                assert extra == {f"trees/{hub_repos[repo_id].commit}.json"}, (repo_id, extra)
+                assert {path: got["files"][path] for path in lab_made["files"]} == lab_made["files"], repo_id
+                assert got["symlinks"] == lab_made["symlinks"], repo_id
+            tiktoken_dir = Path(lab_vars["specfleet_tiktoken_source_dir"])
+            assert {p.name: p.read_bytes() for p in (event / "files" / "tiktoken").iterdir()} == {
+                p.name: p.read_bytes() for p in tiktoken_dir.iterdir() if p.suffix == ".tiktoken"}
+
+            evening_run = run(evening, home)
+        out = evening_run.stdout
+        assert recap(out)[QUICKSTART_UNIT]["failed"] == 0, out[-4000:]
+        run_dir = max((event / "runs").iterdir())
+        record = decisions(run_dir)[QUICKSTART_UNIT]
+        assert (record["decision"], record["method"]) == ("kept", "eagle3"), record
+        # The report, as `specfleet report --latest --format md` printed it after the playbook.
+        assert (run_dir / "report.md").is_file() and QUICKSTART_UNIT in out[out.rindex("PLAY RECAP"):].split("\n", 2)[2]
+    finally:
+        quickstart.remove_user()
 
 
 @site_lane

@@ -23,15 +23,32 @@ def role_default(role: str, name: str):
     return yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[name]
 
 
+FILES_DIR_DEFAULTS = {
+    ("specfleet_hf_cache", "specfleet_hf_cache_store"): "hf-store",
+    ("specfleet_fanout", "specfleet_fanout_store"): "hf-store",
+    ("specfleet_tiktoken", "specfleet_tiktoken_source_dir"): "tiktoken",
+    ("specfleet_compile_cache", "specfleet_compile_cache_store"): "store",
+    ("specfleet_image", "specfleet_image_tarball_dir"): "images",
+}
+
+
+@pytest.mark.parametrize(("role", "name"), list(FILES_DIR_DEFAULTS))
+def test_every_controller_folder_is_below_specfleet_files_dir(role, name):
+    """One variable moves them all (an installed collection's playbooks are not beside files/)."""
+    value = role_default(role, name)
+    assert value == "{{ specfleet_files_dir | default(playbook_dir ~ '/../files') }}/" + FILES_DIR_DEFAULTS[role, name]
+    assert store.checkout_path(value, name) == "files/" + FILES_DIR_DEFAULTS[role, name]
+
+
 def test_default_directories_are_the_roles_defaults_below_the_checkout():
     assert store.COLLECTION_ROOT == REPO
     assert store.default_store() == "files/hf-store"
-    assert role_default("specfleet_hf_cache", "specfleet_hf_cache_store") == "{{ playbook_dir }}/../files/hf-store"
     assert store.default_tiktoken_dir() == "files/tiktoken"
     assert (REPO / "playbooks").is_dir()  # what {{ playbook_dir }}/.. is the parent of
 
 
-@pytest.mark.parametrize("value", ["/srv/hf-store", "{{ playbook_dir }}/files", "{{ playbook_dir }}/../{{ x }}"])
+@pytest.mark.parametrize("value", ["/srv/hf-store", "{{ playbook_dir }}/../files/hf-store",
+                                   "{{ specfleet_files_dir | default(playbook_dir ~ '/../files') }}/{{ x }}"])
 def test_a_default_the_cli_cannot_place_is_refused(value):
     with pytest.raises(ValueError, match="is not a path below"):
         store.checkout_path(value, "v")
@@ -57,7 +74,7 @@ def test_no_option_changes_or_skips_the_checksums():
     store.register(parser.add_subparsers())
     tiktoken = subcommand(subcommand(parser, "store"), "tiktoken")
     options = {option for action in tiktoken._actions for option in action.option_strings}
-    assert options == {"-h", "--help", "--dir", "--url-prefix", "--format"}
+    assert options == {"-h", "--help", "-i", "--inventory", "--dir", "--url-prefix", "--format"}
 
 
 def test_verified_content_is_renamed_into_place(tmp_path):
@@ -184,3 +201,30 @@ def test_one_manifest_is_what_the_whole_store_run_writes_for_it(tmp_path):
     assert cache.write_manifests(tmp_path, "hub")[1] == one
     assert cache.manifest_path(tmp_path, "models--c--d").read_text() == text
     assert sorted(p.name for p in (tmp_path / "manifests").iterdir()) == ["models--a--b.json", "models--c--d.json"]
+
+
+SHA_A, SHA_B = "a" * 64, "b" * 64
+
+
+def test_an_inventorys_table_is_the_one_its_hosts_set():
+    table = [{"name": "o200k_base", "sha256": SHA_A}]
+    variables = {"u1": {"specfleet_tiktoken_encodings": table}, "u2": {"specfleet_tiktoken_encodings": table},
+                 "u3": {}}
+    assert store.inventory_table(variables, "inv.yml") == table
+    encodings, _ = store.tiktoken_table(table)
+    assert encodings == [store.Encoding("o200k_base", SHA_A)]
+    assert store.inventory_table({"u1": {}}, "inv.yml") is None
+
+
+def test_hosts_that_disagree_on_the_table_are_refused_by_name():
+    variables = {"u1": {"specfleet_tiktoken_encodings": [{"name": "o200k_base", "sha256": SHA_A}]},
+                 "u2": {"specfleet_tiktoken_encodings": [{"name": "o200k_base", "sha256": SHA_B}]}}
+    with pytest.raises(store.StoreError, match=r"inv.yml: specfleet_tiktoken_encodings differs between hosts \(u1; u2"):
+        store.inventory_table(variables, "inv.yml")
+
+
+@pytest.mark.parametrize("table", ["o200k_base", [{"name": "o200k_base"}], [{"name": "x y", "sha256": SHA_A}],
+                                   [{"name": "o200k_base", "sha256": "{{ sha }}"}]])
+def test_a_table_that_is_not_names_and_sha256_is_refused(table):
+    with pytest.raises(ValueError, match="specfleet_tiktoken_encodings: "):
+        store.tiktoken_table(table)
