@@ -88,12 +88,11 @@ def remote_command(nonce: str) -> str:
         [
             "export LC_ALL=C",
             f"N={marker}",
-            # A non-root user reads the 0600 record through sudo when it may (no password prompt).
-            'S=; if [ "$(id -u)" != 0 ] && sudo -n true 2>/dev/null; then S="sudo -n"; fi',
-            f"$S cat {RELEASE_FILE} 2>&1; rc=$?",
+            # As root: Ansible's become (the record is 0600, Docker root's); a root login skips it.
+            f"cat {RELEASE_FILE} 2>&1; rc=$?",
             'printf "\\n%s release %s\\n" "$N" "$rc"',
             "if command -v docker >/dev/null 2>&1; then",
-            f"  $S docker inspect --type container {CONTAINER_NAME} 2>&1; rc=$?",
+            f"  docker inspect --type container {CONTAINER_NAME} 2>&1; rc=$?",
             "else rc=nodocker; fi",
             'printf "\\n%s container %s\\n" "$N" "$rc"',
         ]
@@ -420,13 +419,16 @@ def ansible_argv(
     inventory_path: str, limit: str | None, command: str, timeout: float, hosts: int, executable: str = "ansible"
 ) -> list[str]:
     """``ansible`` ad hoc: the raw module runs ``command`` through the unit's shell in one SSH
-    exec, with no Python or module upload on the unit."""
+    exec, with no Python or module upload on the unit; with become, as the playbooks' unit
+    plays (the inventory's or Vault's sudo password, or -K's prompt through ansible.cfg's
+    become_ask_pass); Ansible skips it where the login is root."""
     argv = [executable, "all", "-i", inventory_path]
     if limit:
         argv += ["--limit", limit]
     return argv + [
         "-m", "ansible.builtin.raw",
         "-a", command,
+        "--become",
         "-T", str(max(1, math.ceil(timeout))),
         "--task-timeout", str(task_timeout(timeout)),
         "--forks", str(forks_for(hosts)),

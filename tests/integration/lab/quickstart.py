@@ -132,6 +132,7 @@ def environment(user: pwd.struct_passwd, **extra: str) -> dict[str, str]:
         "PATH": f"{home}/.venvs/specfleet/bin:/usr/local/bin:/usr/bin:/bin",
         "PIP_CACHE_DIR": str(PIP_CACHE), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
         "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+        "COLUMNS": "250",  # `specfleet status`'s table: one line per unit
     }
     # This machine's way to PyPI (certificates, timeouts, proxies), as the user's shell would have it.
     env.update({k: v for k, v in os.environ.items()

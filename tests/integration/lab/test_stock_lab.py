@@ -419,8 +419,11 @@ def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
         run_dir = max((event / "runs").iterdir())
         record = decisions(run_dir)[QUICKSTART_UNIT]
         assert (record["decision"], record["method"]) == ("kept", "eagle3"), record
-        # The report, as `specfleet report --latest --format md` printed it after the playbook.
-        assert (run_dir / "report.md").is_file() and QUICKSTART_UNIT in out[out.rindex("PLAY RECAP"):].split("\n", 2)[2]
+        # The report, as `specfleet report --latest --format md` printed it after the playbook, then
+        # `specfleet status`: the unit's release record (0600, root's) read through become.
+        after = out[out.rindex("PLAY RECAP"):].split("\n", 2)[2]
+        assert (run_dir / "report.md").is_file() and QUICKSTART_UNIT in after
+        assert "eagle3 k=5" in after and "(record" not in after and "UNREACHABLE" not in after, after[-3000:]
     finally:
         quickstart.remove_user()
 

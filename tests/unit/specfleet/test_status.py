@@ -712,7 +712,8 @@ def test_ansible_argv():
     argv = status.ansible_argv("inventory/lab", "thor", "sh -c true", 2.5, 100, "/venv/bin/ansible")
     assert argv == [
         "/venv/bin/ansible", "all", "-i", "inventory/lab", "--limit", "thor",
-        "-m", "ansible.builtin.raw", "-a", "sh -c true", "-T", "3", "--task-timeout", "5", "--forks", "32",
+        "-m", "ansible.builtin.raw", "-a", "sh -c true", "--become", "-T", "3", "--task-timeout", "5",
+        "--forks", "32",
     ]
     assert "--limit" not in status.ansible_argv("inv", None, "c", 10, 3)
     assert status.ansible_argv("inv", None, "c", 10, 3)[-2:] == ["--forks", "3"]
