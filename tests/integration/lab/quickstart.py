@@ -38,10 +38,11 @@ USER = "specfleet-quickstart"
 SECTION = "## Your own fleet"
 # Shared across runs (a CI machine starts without it): the user's pip downloads.
 PIP_CACHE = Path("/var/cache/specfleet-tests/quickstart-pip")
-# Not part of a clone: build output, the lab's build tree, local state.
-NOT_IN_A_CLONE = {".git", ".venv", ".cache", ".ansible", ".pytest_cache", ".ruff_cache", "runs", "dist", "files",
-                  "__pycache__"}
-NOT_IN_A_CLONE_PATHS = {"lab/build", "inventory/lab"}
+# Not part of a clone: local state and build output at the top, the lab's build tree and
+# inventory, caches anywhere.
+NOT_IN_A_CLONE_PATHS = {".git", ".venv", ".cache", ".ansible", ".pytest_cache", ".ruff_cache", "runs", "dist", "files",
+                        "lab/build", "inventory/lab"}
+NOT_IN_A_CLONE = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 # Connection settings the README's inventory makes itself (user, known_hosts, key): not taken
 # from the lab's inventory. The stores: the README's specfleet_files_dir places them.
 LAB_ONLY = {"ansible_host", "ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args",
