@@ -33,12 +33,14 @@ from tests import hub_standin
 from tests.conftest import trust_lab_host_keys
 
 pytestmark = pytest.mark.lab
-# site.yml on the stock units (~4.5 min here): a slow lane that CI runs, which keeps the
-# default run under 30 minutes; the rest of the module (~30 s) is in the default run.
-def site_lane(test):
-    return pytest.mark.slow(pytest.mark.ci(test))
 UNITS = 3
 NAMES = ["thor-01", "agxorin-jp6-01", "agxorin-jp72-01"]
+
+
+def site_lane(test):
+    """site.yml on the stock units (~4.5 min here): a slow lane that CI runs, which keeps the
+    default run under 30 minutes; the rest of the module (~30 s) is in the default run."""
+    return pytest.mark.slow(pytest.mark.ci(test))
 
 
 def _unavailable(reason: str) -> None:
