@@ -16,6 +16,10 @@ class Model:
     family: str
     vocab_size: int
     precision: str
+    # What vLLM runs it as (specfleet/data/capability.yml formats) and the repo it was
+    # quantized from (None on a base checkpoint).
+    weights_format: str
+    base_model: str | None
     weights_gib: float
     gated: bool
     needs_tiktoken: bool
@@ -70,6 +74,11 @@ class Catalog:
             if wanted in (model.name.lower(), model.repo.lower()):
                 return model
         return None
+
+    def precisions_of(self, model: Model) -> list[Model]:
+        """Every checkpoint of the same model (same base), ``model`` included."""
+        base = (model.base_model or model.repo).lower()
+        return [other for other in self.models if (other.base_model or other.repo).lower() == base]
 
     def artifact_gib(self, repo: str) -> float | None:
         """Weight memory of a speculator: an EAGLE head or a draft model from the catalog."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 
-from specfleet import plan_trtllm, serving
+from specfleet import capability, plan_trtllm, serving
 from specfleet.catalog import Catalog, Image, Model
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
@@ -131,8 +131,11 @@ def _memory_check(
     return None
 
 
-def _speculator(method: str, model: Model, catalog: Catalog) -> tuple[str | None, float, str | None]:
-    """(artifact repo, its weight GiB, reason it is unavailable) for a method and target."""
+def _speculator(
+    method: str, model: Model, catalog: Catalog, device_class: str
+) -> tuple[str | None, float, str | None]:
+    """(artifact repo, its weight GiB, reason it is unavailable) for a method and target; a
+    draft model must be one the unit's GPU runs (specfleet.capability)."""
     if method == "ngram":
         return None, 0.0, None
     if method == "mtp":
@@ -145,10 +148,17 @@ def _speculator(method: str, model: Model, catalog: Catalog) -> tuple[str | None
         size = catalog.artifact_gib(model.eagle3)
         return model.eagle3, size or 0.0, None if size is not None else f"no size for {model.eagle3}"
     # draft_model: the first catalog draft of the same tokenizer family.
+    table = capability.load_table()
+    unrunnable = []
     for repo in model.draft_models:
         draft = catalog.model(repo)
         if draft and draft.family == model.family and draft.vocab_size == model.vocab_size:
-            return draft.repo, draft.weights_gib, None
+            found = capability.verdict(table, device_class, draft)
+            if found.runs:
+                return draft.repo, draft.weights_gib, None
+            unrunnable.append(found.why)
+    if unrunnable:
+        return None, 0.0, "; ".join(unrunnable)
     return None, 0.0, f"no draft model with {model.repo}'s tokenizer in the catalog"
 
 
@@ -162,7 +172,7 @@ def _candidate_methods(
     denied = policy["specfleet_spec_methods_denied"].get(device_class, {})
     for method in policy["specfleet_spec_methods"]:
         label = METHOD_LABELS[method]
-        artifact, artifact_gib, unavailable = _speculator(method, model, catalog)
+        artifact, artifact_gib, unavailable = _speculator(method, model, catalog, device_class)
         if method == "mtp" and unavailable:
             continue  # MTP is a property of the model; lacking it is no downgrade
         if method in denied:
@@ -191,6 +201,11 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
         "l4t": facts.get("l4t"),
         "model": model.repo,
         "model_name": model.name,
+        # What the policy asked for; differs from `model` when the unit's GPU cannot run it
+        # and the plan picked another precision (specfleet.capability).
+        "requested_model": model.repo,
+        "weights_format": model.weights_format,
+        "compute_capability": None,
         "image": None,
         "image_digest": None,
         "vllm_version": None,
@@ -210,12 +225,9 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
     }
     if device_class not in DEVICE_CLASSES:
         return _refused(plan, f"not a recognised Jetson (device tree model {facts.get('model')!r})")
-    if model.precision not in policy["specfleet_class_precisions"].get(device_class, []):
-        return _refused(
-            plan,
-            f"{model.repo} is {model.precision.upper()}, which {device_class} cannot run "
-            f"(supports {', '.join(policy['specfleet_class_precisions'].get(device_class, []))})",
-        )
+    model = _checkpoint_for_unit(plan, facts, model, policy, catalog)
+    if model is None:
+        return plan
     if device_class in NON_L4T_CLASSES:
         return _plan_trtllm(plan, facts, model, policy, catalog)
     pinned = policy["specfleet_image"]
@@ -278,6 +290,43 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
     plan["gpu_memory_utilization"] = baseline_util
     plan["serving"] = {**plan["baseline_serving"], "kind": "speculative"}
     return plan
+
+
+def _checkpoint_for_unit(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> Model | None:
+    """The checkpoint of ``model`` this unit's GPU runs (specfleet.capability), recorded in the
+    plan; None when there is none, the plan then refused with the reason."""
+    device_class = plan["device_class"]
+    table = capability.load_table()
+    plan["compute_capability"] = capability.dotted(table.capability(device_class) or 0)
+    if not policy["specfleet_capability_check"]:
+        plan["notes"].append(
+            f"capability check off (specfleet_capability_check): {model.repo} is started as asked, "
+            "whatever its GPU can run"
+        )
+        return model
+    unit_gib = facts["memory_mb"] * GIB_PER_MIB
+    kv_gib = policy["specfleet_min_kv_cache_gib"]
+    utilisation = policy["specfleet_gpu_memory_utilization"][device_class]
+
+    def fits(candidate: Model) -> bool:
+        if device_class in NON_L4T_CLASSES:
+            return plan_trtllm.memory_problem(
+                candidate.repo, candidate.weights_gib, utilisation, unit_gib, kv_gib,
+                policy["specfleet_memory_headroom_gib"]) is None
+        return _memory_check(candidate.repo, candidate.weights_gib + kv_gib, utilisation, unit_gib, policy) is None
+
+    choice = capability.choose(table, catalog, device_class, model, fits)
+    plan["reasons"].extend(choice.reasons)
+    plan["notes"].extend(choice.notes)
+    if choice.model is None:
+        plan["refused"] = True
+        return None
+    if choice.model is not model:
+        plan.update(
+            model=choice.model.repo, model_name=choice.model.name, weights_format=choice.model.weights_format,
+            needs_tiktoken=choice.model.needs_tiktoken, gated=choice.model.gated,
+        )
+    return choice.model
 
 
 def _spec_tokens(policy: Mapping, device_class: str, method: str) -> int:

@@ -21,7 +21,6 @@ from specfleet import serving
 from specfleet.catalog import Catalog
 
 SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "fp32")
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
 # (vLLM takes the last occurrence, so a repeat would silently override the plan).
 PLAN_OWNED_FLAGS = (
@@ -37,7 +36,6 @@ PER_CLASS = (
     "specfleet_spec_tokens_by_method",
     "specfleet_gpu_memory_utilization",
     "specfleet_max_model_len",
-    "specfleet_class_precisions",
     "specfleet_spec_methods_denied",
 )
 
@@ -243,14 +241,10 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"specfleet_max_num_seqs: must be an integer >= 8 (the benchmark runs concurrency 8), got {seqs!r}"
         )
 
-    for device_class, precisions in _check_class_map(
-        problems, "specfleet_class_precisions", policy["specfleet_class_precisions"]
-    ).items():
-        if not isinstance(precisions, list) or not all(p in PRECISIONS for p in precisions):
-            problems.append(
-                f"specfleet_class_precisions.{device_class}: must be a list of {', '.join(PRECISIONS)}, "
-                f"got {precisions!r}"
-            )
+    if not isinstance(policy["specfleet_capability_check"], bool):
+        problems.append(
+            f"specfleet_capability_check: must be true or false, got {policy['specfleet_capability_check']!r}"
+        )
 
     port = policy["specfleet_port"]
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:

@@ -14,7 +14,8 @@ from specfleet import serving
 
 def plan_table(plans: Sequence[dict]) -> Table:
     table = Table(title=f"specfleet plan: {len(plans)} unit(s)", show_lines=False)
-    for column in ("host", "class", "L4T", "image", "method", "k", "util", "reasons"):
+    # "cc": the GPU's compute capability, what decides which checkpoint the unit can run.
+    for column in ("host", "class", "cc", "L4T", "model", "image", "method", "k", "util", "reasons"):
         table.add_column(column, overflow="fold")
     for plan in plans:
         spec = plan["speculative"] or {}
@@ -36,7 +37,9 @@ def plan_table(plans: Sequence[dict]) -> Table:
         table.add_row(
             plan["host"],
             plan["device_class"],
+            plan.get("compute_capability") or "-",
             plan.get("l4t") or "-",
+            plan["model"],
             plan["image"] or "-",
             method,
             str(tokens),

@@ -36,8 +36,9 @@ CLASS_MODELS = {
              "Thor workshop)."),
     "agx_orin": ("meta-llama/Llama-3.1-8B-Instruct",
                  "AGX Orin 64 GB: Ampere has no FP4; BF16 target plus its EAGLE-3 head fit."),
-    "orin_nx": ("nvidia/Llama-3.1-8B-Instruct-FP8",
-                "Orin NX 16 GB: FP8 weights leave room for the KV cache and headroom."),
+    "orin_nx": ("nvidia/Llama-3.1-8B-Instruct-FP4",
+                "Orin NX 16 GB: NVFP4 weights on Marlin kernels (ModelOpt FP8 needs compute capability 8.9, "
+                "Orin is 8.7) leave room for the KV cache, headroom and the 1B draft model."),
     "orin_nano": ("meta-llama/Llama-3.2-1B-Instruct",
                   "Orin Nano 8 GB: an 8B model does not fit with headroom; the 1B model."),
     "dgx_spark": ("openai/gpt-oss-120b",

@@ -136,7 +136,6 @@ def pin_vars(device_class: str, method: str) -> dict[str, Any]:
         "specfleet_image": IMAGE_NAME,
         "specfleet_model": MODEL,
         "specfleet_spec_methods": [method],
-        "specfleet_class_precisions": {device_class: ["fp32"]},
         "specfleet_max_model_len": {device_class: MAX_MODEL_LEN},
         "specfleet_serve_extra_args": list(EXTRA_ARGS),
         # The emulator's time scale means nothing to a real vLLM.

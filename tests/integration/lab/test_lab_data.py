@@ -102,7 +102,7 @@ def test_written_inventory_has_store_emulator_env_and_models(tmp_path) -> None:
     assert {c: data["specfleet_model"] for c, data in classes.items()} == {
         "thor": "nvidia/Llama-3.1-8B-Instruct-FP4",
         "agx_orin": "meta-llama/Llama-3.1-8B-Instruct",
-        "orin_nx": "nvidia/Llama-3.1-8B-Instruct-FP8",
+        "orin_nx": "nvidia/Llama-3.1-8B-Instruct-FP4",
         "orin_nano": "meta-llama/Llama-3.2-1B-Instruct",
         "dgx_spark": "openai/gpt-oss-120b",
     }

@@ -102,7 +102,7 @@ def test_plan_inventory_from_expected_facts():
         "thor-01": ("thor", "eagle3"),
         "agxorin-jp6-01": ("agx_orin", "eagle3"),
         "agxorin-jp72-01": ("agx_orin", "eagle3"),
-        "orinnx-01": ("orin_nx", "ngram"),
+        "orinnx-01": ("orin_nx", "draft_model"),
         "orinnano-01": ("orin_nano", "ngram"),
     }
 

@@ -48,7 +48,7 @@ def test_per_class_override_merges_class_by_class():
         ({"specfleet_ngram_prompt_lookup_min": 6}, "specfleet_ngram_prompt_lookup_min"),
         ({"specfleet_max_num_seqs": 4}, "specfleet_max_num_seqs"),
         ({"specfleet_max_model_len": {"thor": "long"}}, "specfleet_max_model_len.thor"),
-        ({"specfleet_class_precisions": {"thor": ["fp3"]}}, "specfleet_class_precisions.thor"),
+        ({"specfleet_capability_check": "yes"}, "specfleet_capability_check"),
         ({"specfleet_port": 70000}, "specfleet_port"),
         ({"specfleet_image_mirror": "http://registry.lan:5000"}, "specfleet_image_mirror"),
         ({"specfleet_gate_min_throughput_gain": -0.1}, "specfleet_gate_min_throughput_gain"),
