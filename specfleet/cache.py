@@ -8,11 +8,26 @@ copies before switching them in.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import build_manifest
 
 MANIFESTS = "manifests"
+
+
+def holdings_line(holdings: Sequence[Sequence[Any]], skipped: Sequence[str]) -> str:
+    """One line on a unit's model store: ``holdings`` is (repo, held) per repo prepare staged,
+    ``skipped`` why each event model was left out (the plan's ``event.skipped``)."""
+    held = [repo for repo, is_held in holdings if is_held]
+    missing = [repo for repo, is_held in holdings if not is_held]
+    line = f"holds {len(held)}/{len(holdings)} models: {', '.join(held) or 'none'}"
+    if missing:
+        line += f"; NOT held: {', '.join(missing)}"
+    if skipped:
+        line += f"; not staged (its GPU cannot run them): {'; '.join(skipped)}"
+    return line
 
 
 def hf_repo_dir(repo_id: str) -> str:

@@ -194,6 +194,16 @@ def _refused(base: dict, reason: str) -> dict:
 
 
 def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> dict:
+    """The unit's plan: what it serves and measures, and what the event adds to its store."""
+    plan = _serving_plan(host, facts, model, policy, catalog)
+    if plan["device_class"] in DEVICE_CLASSES:
+        event_models(plan, policy, catalog)
+    else:
+        plan["event"] = {"repos": [], "skipped": []}
+    return plan
+
+
+def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> dict:
     device_class = facts.get("device_class", "unknown")
     plan: dict[str, Any] = {
         "host": host,
@@ -431,6 +441,31 @@ def needed_repos(plan: Mapping) -> list[str]:
         return []
     vllm_speculator = serving.draft_repo(plan["serving"]) if plan.get("serving") else None
     return [plan["model"], *([vllm_speculator] if vllm_speculator else []), *checkpoint_repos(plan)]
+
+
+def event_models(plan: dict, policy: Mapping, catalog: Catalog) -> None:
+    """What the event manifest (specfleet_event_models) adds to the unit's store: each model its
+    GPU runs, with its EAGLE-3 head and runnable draft models; the reason for each it skips."""
+    table = capability.load_table()
+    repos: list[str] = []
+    skipped: list[str] = []
+    for name in policy["specfleet_event_models"]:
+        model = catalog.model(name)
+        if model is None:  # policy.validate refuses this first
+            continue
+        found = capability.verdict(table, plan["device_class"], model)
+        if not found.runs:
+            skipped.append(found.why)
+            continue
+        drafts = [draft.repo for repo in model.draft_models if (draft := catalog.model(repo)) is not None
+                  and capability.verdict(table, plan["device_class"], draft).runs]
+        repos.extend([model.repo, *([model.eagle3] if model.eagle3 else []), *drafts])
+    plan["event"] = {"repos": list(dict.fromkeys(repos)), "skipped": skipped}
+
+
+def stage_repos(plan: Mapping) -> list[str]:
+    """Every repo prepare puts in the unit's store: what the plan serves, then the event's."""
+    return list(dict.fromkeys([*needed_repos(plan), *((plan.get("event") or {}).get("repos") or [])]))
 
 
 def checkpoint_repos(plan: Mapping) -> list[str]:

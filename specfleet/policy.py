@@ -137,6 +137,17 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"(catalog: {', '.join(catalog.names())}, or their repo ids)"
         )
 
+    event = policy["specfleet_event_models"]
+    if not isinstance(event, list) or not all(isinstance(name, str) for name in event):
+        problems.append(f"specfleet_event_models: must be a list of model names or repo ids, got {event!r}")
+    else:
+        unknown = [name for name in event if catalog.model(name) is None]
+        if unknown:
+            problems.append(
+                f"specfleet_event_models: unknown model(s) {', '.join(map(repr, unknown))} "
+                f"(catalog: {', '.join(catalog.names())}, or their repo ids)"
+            )
+
     methods = policy["specfleet_spec_methods"]
     if not isinstance(methods, list) or not methods:
         problems.append(f"specfleet_spec_methods: must be a non-empty list, got {methods!r}")

@@ -19,7 +19,7 @@ from typing import Any
 
 DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
-    "host", "device_class", "decision", "method", "num_speculative_tokens", "serving",
+    "host", "device_class", "model", "power", "decision", "method", "num_speculative_tokens", "serving",
     "workload", "speedup_c1", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
     "acceptance_rate", "mean_acceptance_length", "reasons",
 )
@@ -74,11 +74,23 @@ def acceptance(record: Mapping) -> Mapping | None:
     return gated(record)[1].get("acceptance_c1")
 
 
+def power(record: Mapping) -> str | None:
+    """The unit's power mode and clocks as its measurements recorded them (the bench context;
+    jetson_power's summary), None when nothing was measured."""
+    for side in ("baseline", "speculative"):
+        context = (record.get(side) or {}).get("context") or {}
+        if context.get("power"):
+            return str(context["power"])
+    return None
+
+
 def row(record: Mapping) -> dict[str, Any]:
     accepted = acceptance(record) or {}
     return {
         "host": record["host"],
         "device_class": record.get("device_class"),
+        "model": record.get("model"),
+        "power": power(record),
         "decision": record.get("decision"),
         "method": record.get("method"),
         "num_speculative_tokens": record.get("num_speculative_tokens"),
@@ -144,13 +156,15 @@ def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
         f"{totals['units']} units: **{totals['kept']} kept**, {totals['reverted']} reverted, "
         f"{totals['failed']} failed.",
         "",
-        "| host | class | decision | method | k | speedup c=1 | TPOT p50 base/spec (ms) | speedup c=8 | acceptance |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| host | class | power | decision | method | k | speedup c=1 | TPOT p50 base/spec (ms) | speedup c=8 "
+        "| acceptance |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for record in records:
         values = row(record)
         lines.append(
-            f"| {values['host']} | {values['device_class']} | {values['decision']} | {values['method'] or '-'} | "
+            f"| {values['host']} | {values['device_class']} | {_fmt(values['power'])} | {values['decision']} | "
+            f"{values['method'] or '-'} | "
             f"{_fmt(values['num_speculative_tokens'])} | {_fmt(values['speedup_c1'])} | "
             f"{_fmt(values['tpot_p50_baseline_ms'], 1)} / {_fmt(values['tpot_p50_speculative_ms'], 1)} | "
             f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} |"

@@ -1,4 +1,4 @@
-"""`specfleet lab up|status|down|fault|real-engine|rekey`.
+"""`specfleet lab up|status|down|fault|real-engine|rekey|reboot`.
 
 `specfleet/cli.py` calls `register(subparsers)`; until then (or for a quick run):
     python3 -m specfleet_lab.cli up --units 8 --profile mixed
@@ -107,6 +107,12 @@ def cmd_rekey(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reboot(args: argparse.Namespace) -> int:
+    lab.reboot(LabConfig(), args.unit)
+    print(f"{args.unit}: rebooted (its processes stopped and started again); it answers SSH")
+    return 0
+
+
 def cmd_real_engine(args: argparse.Namespace) -> int:
     cfg = LabConfig()
     units = {row["name"]: row["device_class"] for row in lab.status(cfg)["units"]}
@@ -176,6 +182,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "known_hosts lines")
     p_rekey.add_argument("unit", help="lab unit name, e.g. thor-02")
     p_rekey.set_defaults(func=cmd_rekey)
+
+    p_reboot = sub.add_parser(
+        "reboot", help="power-cycle one unit (its containers stop; what serves after the boot is up to the unit)")
+    p_reboot.add_argument("unit", help="lab unit name, e.g. thor-01")
+    p_reboot.set_defaults(func=cmd_reboot)
 
     p_down = sub.add_parser("down", help="remove everything the lab made (idempotent)")
     p_down.add_argument("--format", choices=["text", "json"], default="text")

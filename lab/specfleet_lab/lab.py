@@ -27,7 +27,7 @@ from specfleet_lab import state as state_mod
 from specfleet_lab.config import STOCK_UNIT_IMAGE, UNIT_IMAGE, LabConfig
 from specfleet_lab.fixtures import ROOT_LOGIN, STOCK_LOGIN, Login, files_tar, unit_tar
 from specfleet_lab.host import ensure_host_packages
-from specfleet_lab.profiles import Unit, expand, profile_is_stock
+from specfleet_lab.profiles import Unit, expand, load_kinds, profile_is_stock
 from specfleet_lab.sh import LabError, run
 from specfleet_lab.state import LabState
 
@@ -518,6 +518,33 @@ def set_faults(cfg: LabConfig, unit: str, faults: dict[str, Any] | None) -> None
         return
     engine.docker_input(cfg, ["exec", "-i", container, "sh", "-c", f"cat > {FAULTS_PATH}"],
                         json.dumps(faults).encode())
+
+
+def reboot(cfg: LabConfig, unit: str, timeout: float = 300.0) -> None:
+    """Power-cycle one unit: every process of it stops (its dockerd stops its containers, as
+    at a shutdown), it boots again on the same disk, gets its network back and answers SSH.
+    What serves after that is up to the unit itself (its dockerd and the containers' restart
+    policies), as on a real Jetson after a power cut."""
+    require_root()
+    st = state_mod.load(cfg.state_file)
+    record = next((u for u in (st.units if st else []) if u["name"] == unit), None)
+    if st is None or record is None:
+        names = ", ".join(u["name"] for u in (st.units if st else [])) or "none, the lab is down"
+        raise LabError(f"no lab unit named {unit!r} (units: {names})")
+    kinds = load_kinds(cfg.profiles_dir)
+    booted = Unit(name=record["name"], index=0, kind_id=record["kind_id"], kind=kinds[record["kind_id"]],
+                  address=record["address"])
+    engine.docker(cfg, ["stop", record["container"]])
+    # The named namespace outlives the container's processes (ip netns attach holds it) and
+    # with it the old veth pair: drop both, the unit gets a fresh namespace at boot.
+    network.ip("netns", "delete", record["netns"], check=False)
+    engine.docker(cfg, ["start", record["container"]])
+    pid = int(engine.docker(cfg, ["inspect", "--format", "{{.State.Pid}}", record["container"]]).stdout.strip())
+    network.attach_unit(cfg, st, booted, pid)
+    if st.link_mbit:
+        network.shape_unit(cfg, st, booted, st.link_mbit)
+    state_mod.save(cfg.state_file, st)
+    _wait_ready(cfg, [booted], stock=record.get("login", "root") != "root", timeout=timeout)
 
 
 # ---- host keys ----------------------------------------------------------------------------

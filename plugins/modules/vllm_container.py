@@ -87,6 +87,16 @@ options:
     description: Extra container labels.
     type: dict
     default: {}
+  restart_policy:
+    description:
+      - Docker restart policy of the container, so that it serves again after a reboot, a
+        Docker restart or a crash (C(unless-stopped)). Not part of the configuration; a
+        running container of the same configuration gets it by C(docker update), without a
+        restart (RV(action) C(updated)).
+      - Unset, a new container has none and an existing one keeps its own; the rollout sets
+        it on the serving it decided on only, never on a server it is still measuring.
+    type: str
+    choices: ["no", unless-stopped, always, on-failure]
   state:
     description: C(started) runs it and waits until it serves; C(absent) removes it.
     type: str
@@ -136,7 +146,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-action: {description: "What was done (none, created, recreated, removed).", returned: always, type: str}
+action:
+  description: "What was done - none, created, recreated, updated (restart policy only, no restart), removed."
+  returned: always
+  type: str
 config_hash: {description: Hash of the requested configuration (container label)., returned: always, type: str}
 container_id: {description: Container id., returned: when a container exists, type: str}
 ready: {description: The server answered /health and /v1/models., returned: always, type: bool}
@@ -331,6 +344,11 @@ def find(client, name: str):
         return None
 
 
+def restart_policy(container) -> str:
+    """The container's restart policy name; Docker reports none as "no" or ""."""
+    return ((container.attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or "no"
+
+
 def start(client, params: dict, wanted_hash: str):
     volumes: dict = {}
     for spec in params["mounts"]:
@@ -352,6 +370,7 @@ def start(client, params: dict, wanted_hash: str):
         shm_size=params["shm_size"],
         ulimits=parse_ulimits(params["ulimits"]),
         labels={**params["labels"], HASH_LABEL: wanted_hash},
+        **({"restart_policy": {"Name": params["restart_policy"]}} if params["restart_policy"] else {}),
     )
 
 
@@ -371,6 +390,7 @@ def main() -> None:
             "shm_size": {"type": "str", "default": "16g"},
             "ulimits": {"type": "dict", "default": LAYOUT["serving_ulimits"]},
             "labels": {"type": "dict", "default": {}},
+            "restart_policy": {"type": "str", "choices": ["no", "unless-stopped", "always", "on-failure"]},
             "state": {"type": "str", "choices": ["started", "absent"], "default": "started"},
             "ready_timeout": {"type": "int", "default": 900},
             "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
@@ -407,6 +427,14 @@ def main() -> None:
     if running_same:
         result.update(container_id=existing.id, ready=serves(params["port"], api_key(params)),
                       resolved_speculative_config=resolved_spec_config(container_log(existing)))
+        wanted_policy, current_policy = params["restart_policy"], restart_policy(existing)
+        if wanted_policy and wanted_policy != current_policy:
+            result.update(changed=True, action="updated", diff={
+                "before": f"{params['name']}: restart policy {current_policy}\n",
+                "after": f"{params['name']}: restart policy {wanted_policy}\n",
+            })
+            if not module.check_mode:
+                existing.update(restart_policy={"Name": wanted_policy})
         module.exit_json(**result)
 
     result.update(changed=True, action="recreated" if existing else "created")

@@ -11,12 +11,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from specfleet_lab import lab
 
+from specfleet import report as report_module
 from specfleet import serving
 from tests.conftest import REPO, on_unit
 from tests.conftest import lab_hosts as hosts
@@ -272,3 +274,80 @@ def test_kept_serving_that_no_longer_starts_is_measured_again(fleet_lab, rolled_
     assert record["decision"] in ("kept", "reverted") and record["speculative"]["ok"], record["reasons"]
     serving = {"kept": "speculative", "reverted": "baseline"}[record["decision"]]
     assert json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]["kind"] == serving
+
+
+def test_a_rebooted_unit_serves_its_decided_config_again_without_a_rollout(fleet_lab, rolled_out):
+    """The decided serving carries a restart policy: after a power cycle the unit's own dockerd
+    starts it again, the same configuration, before (and without) any playbook run."""
+    host = "agxorin-jp6-01"
+    assert rolled_out["records"][host]["decision"] == "kept"
+    inspect = "docker inspect --format '{{.HostConfig.RestartPolicy.Name}} {{.State.StartedAt}} " \
+              "{{index .Config.Labels \"org.specfleet.config-hash\"}}' specfleet-vllm"
+    policy, started, config = on_unit(host, inspect).stdout.split()
+    assert policy == "unless-stopped"
+    release = on_unit(host, "cat /var/lib/specfleet/release.json").stdout
+    lab.reboot(fleet_lab, host)
+    deadline = time.monotonic() + 300
+    while on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode != 0:
+        assert time.monotonic() < deadline, f"{host} serves nothing after its reboot"
+        time.sleep(3)
+    policy_after, started_after, config_after = on_unit(host, inspect).stdout.split()
+    assert started_after != started, "the serving container did not go through the reboot"
+    assert (policy_after, config_after) == (policy, config)
+    assert on_unit(host, "cat /var/lib/specfleet/release.json").stdout == release
+    argv = json.loads(on_unit(host, "docker inspect --format '{{json .Config.Cmd}}' specfleet-vllm").stdout)
+    current = json.loads(release)["current"]
+    assert argv == serving.argv(current)[1:]
+
+
+def test_power_mode_is_set_recorded_with_each_measurement_and_reported(rolled_out):
+    """Prepare and the rollout put every Jetson in MAXN with pinned clocks (the lab's nvpmodel and
+    jetson_clocks stand-ins, which the emulator's speed follows) and the report shows each unit's
+    mode; the DGX Spark has no nvpmodel and says so."""
+    units = {unit["host"]: unit for unit in json.loads((rolled_out["run_dir"] / "report.json").read_text())["units"]}
+    measured = [host for host, record in rolled_out["records"].items() if record.get("baseline")]
+    assert len(measured) >= len(hosts()) - 1, "nearly every unit measured its baseline"
+    for host in measured:
+        expected = "no nvpmodel (not a Jetson)" if host == SPARK else "MAXN, clocks pinned"
+        assert report_module.power(units[host]) == expected, (host, units[host].get("baseline", {}).get("context"))
+    assert "MAXN, clocks pinned" in (rolled_out["run_dir"] / "report.md").read_text()
+    assert on_unit("thor-01", "nvpmodel -q").stdout.splitlines()[:2] == ["NV Power Mode: MAXN", "0"]
+
+
+def test_a_precision_the_gpu_cannot_run_fails_classified_and_rolls_back(rolled_out, tmp_path):
+    """Forced past the plan's capability check, Orin NX gets the ModelOpt FP8 checkpoint: the
+    (emulated) vLLM refuses it with its own message, the launch classifies that, and the unit
+    goes back to the known-good it served before."""
+    host = "orinnx-01"
+    forced = json.dumps({"specfleet_model": "nvidia/Llama-3.1-8B-Instruct-FP8", "specfleet_capability_check": False,
+                         "specfleet_rollout_remeasure": True})
+    before = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+    staged = playbook("prepare.yml", "-l", host, "--tags", "hf_cache", "-e", forced)
+    assert staged.returncode == 0, staged.stdout[-4000:]
+    result = playbook("rollout.yml", "-l", host, "-e", forced, env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+    assert result.returncode != 0, "a unit whose serving cannot start counts as failed"
+    record = json.loads(next(tmp_path.glob(f"*/units/{host}.json")).read_text())
+    assert record["decision"] == "failed", record["reasons"]
+    assert record["failure"]["failure_class"] == "gpu_unsupported", record["failure"]
+    assert "Minimum capability: 89. Current capability: 87." in " ".join(record["reasons"])
+    after = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+    assert after["current"]["spec_id"] == before["current"]["spec_id"], "not back on what it served before"
+    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+
+
+def test_prepare_stages_the_event_manifest_and_reports_holdings(rolled_out):
+    event = json.dumps({"specfleet_event_models": ["Qwen/Qwen3-0.6B", "nvidia/Llama-3.1-8B-Instruct-FP8"]})
+    result = playbook("prepare.yml", "-l", "thor-01,agxorin-jp72-01", "--tags", "hf_cache", "-e", event)
+    assert result.returncode == 0, result.stdout[-4000:]
+    holdings = dict(re.findall(r'"msg": "(thor-01|agxorin-jp72-01): (holds [^"]*)"', result.stdout))
+    assert holdings["thor-01"] == (
+        "holds 5/5 models: nvidia/Llama-3.1-8B-Instruct-FP4, yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, Qwen/Qwen3-0.6B, "
+        "nvidia/Llama-3.1-8B-Instruct-FP8, meta-llama/Llama-3.2-1B-Instruct"), result.stdout[-3000:]
+    orin = holdings["agxorin-jp72-01"]
+    assert orin.startswith("holds 3/3 models: meta-llama/Llama-3.1-8B-Instruct, yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, "
+                           "Qwen/Qwen3-0.6B; not staged (its GPU cannot run them): "
+                           "nvidia/Llama-3.1-8B-Instruct-FP8 is FP8 (ModelOpt)"), orin
+    for repo in ("Qwen--Qwen3-0.6B", "nvidia--Llama-3.1-8B-Instruct-FP8"):
+        assert on_unit("thor-01", f"test -L /var/lib/specfleet/huggingface/hub/models--{repo}").returncode == 0
+    fp8 = "/var/lib/specfleet/huggingface/hub/models--nvidia--Llama-3.1-8B-Instruct-FP8"
+    assert on_unit("agxorin-jp72-01", f"test -e {fp8}").returncode != 0

@@ -43,3 +43,22 @@ def test_files_are_written_whole_by_content_and_mounted_at_their_path(tmp_path):
     vllm_container.write_files(changed, str(tmp_path))
     assert open(host_path, encoding="utf-8").read() == files[OPTIONS]  # the running one is untouched
     assert len(os.listdir(tmp_path)) == 2
+
+
+def test_the_restart_policy_is_no_part_of_the_configuration():
+    """Setting it on the decided serving must not restart a server that is already right."""
+    plain = vllm_container.config_hash(vllm_container.desired_config(params()))
+    persisted = vllm_container.config_hash(vllm_container.desired_config(params(restart_policy="unless-stopped")))
+    assert plain == persisted
+
+
+class _Container:
+    def __init__(self, attrs):
+        self.attrs = attrs
+
+
+def test_restart_policy_read_from_the_container():
+    assert vllm_container.restart_policy(_Container({"HostConfig": {"RestartPolicy": {"Name": "unless-stopped"}}})) \
+        == "unless-stopped"
+    assert vllm_container.restart_policy(_Container({"HostConfig": {"RestartPolicy": {"Name": ""}}})) == "no"
+    assert vllm_container.restart_policy(_Container({})) == "no"
