@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -151,6 +152,20 @@ def engine_flags(spec: Mapping[str, Any]) -> list[Pair]:
         pairs.append([TRTLLM_OPTIONS_FLAG, TRTLLM_OPTIONS_PATHS[spec["kind"]]])
     pairs += [list(pair) for pair in spec.get("extra_flags") or []]
     return pairs
+
+
+def required_mib(spec: Mapping[str, Any], memory_mb: int | None) -> int:
+    """Memory a vLLM serving asks for at start on a unit of ``memory_mb``: its
+    --gpu-memory-utilization share of the whole (vLLM refuses to start when less is free,
+    "Free memory on device ... is less than desired GPU memory utilization"). 0 when it cannot
+    be known: no memory figure, or an engine that sizes itself from what is free (TensorRT-LLM)."""
+    if not memory_mb or spec.get("engine") != "vllm":
+        return 0
+    share = dict(engine_flags(spec)).get("--gpu-memory-utilization")
+    try:
+        return math.ceil(float(share) * int(memory_mb)) if share is not None else 0
+    except ValueError:
+        return 0
 
 
 def speculation(spec: Mapping[str, Any] | None) -> dict[str, Any]:

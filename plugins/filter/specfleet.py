@@ -59,6 +59,7 @@ class FilterModule:
             "rsync_complaint": cache.rsync_complaint,
             "serving_argv": serving.argv,
             "serving_files": serving.files,
+            "serving_required_mib": serving.required_mib,
             "apt_uninstallable": bootstrap.uninstallable,
             "dpkg_missing": bootstrap.missing,
         }

@@ -147,3 +147,13 @@ def test_the_trtllm_planner_builds_a_trtllm_serving():
     spec = plan_trtllm.serving("baseline", "img", "m", policy, "dgx_spark", {"x": 1})
     flags = dict(serving.engine_flags(spec))
     assert flags["--port"] == "8123" and flags["--max_batch_size"] == "4"
+
+
+def test_required_memory_is_what_vllm_asks_for_at_start(unit_facts):
+    facts = unit_facts("thor-r38")
+    plan = plan_for(facts, "nvidia/Llama-3.1-8B-Instruct-FP4")
+    # 0.80 x the unit's memory for the speculative serving, 0.85 x for its baseline, rounded up.
+    assert serving.required_mib(plan["serving"], facts["memory_mb"]) == -(-facts["memory_mb"] * 80 // 100)
+    assert serving.required_mib(plan["baseline_serving"], facts["memory_mb"]) == -(-facts["memory_mb"] * 85 // 100)
+    assert serving.required_mib(plan["serving"], None) == 0
+    assert serving.required_mib({**plan["serving"], "engine": "trtllm"}, facts["memory_mb"]) == 0
