@@ -52,6 +52,8 @@ class Image:
     l4t_max: str | None
     methods: tuple[str, ...]
     source: str
+    # Unpacked size a pull needs on the unit's Docker disk (None: not known).
+    size_gib: float | None = None
     # Chosen only when a unit pins it by name (policy `specfleet_image`), never by matching.
     pin_only: bool = False
     # Serving engine: "vllm" (`vllm serve`) or "trtllm" (`trtllm-serve`, pytorch backend).

@@ -70,6 +70,17 @@ def mirrored(ref: str, mirror: str | None) -> str:
     return f"{mirror}/{ref}"
 
 
+def repo_digest(ref: str, repo_digests: list[str]) -> str:
+    """The digest ("sha256:...") Docker recorded for ``ref``'s repository among an image's
+    RepoDigests ("registry/repo@sha256:..."); "" when it has none (a loaded tarball)."""
+    repository = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    for entry in repo_digests or []:
+        name, _, digest = entry.partition("@")
+        if name == repository and digest:
+            return digest
+    return ""
+
+
 def speculative_config(method: str, artifact: str | None, tokens: int, policy: Mapping) -> dict:
     config: dict[str, Any] = {"method": method}
     if artifact:
@@ -218,6 +229,7 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         "compute_capability": None,
         "image": None,
         "image_digest": None,
+        "image_size_gib": None,
         "vllm_version": None,
         "speculative": None,
         "gpu_memory_utilization": None,
@@ -259,6 +271,7 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         )
     plan["image"] = mirrored(image.ref, policy["specfleet_image_mirror"])
     plan["image_digest"] = image.digest
+    plan["image_size_gib"] = image.size_gib
     plan["vllm_version"] = image.vllm_version
     if image.digest is None:
         plan["notes"].append(f"{image.ref} is a mutable tag with no pinned digest")
@@ -365,6 +378,7 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
         trtllm_version=image.trtllm_version,
         image=mirrored(image.ref, policy["specfleet_image_mirror"]),
         image_digest=image.digest,
+        image_size_gib=image.size_gib,
         kv_cache_free_gpu_memory_fraction=None,
         speculator=None,
     )

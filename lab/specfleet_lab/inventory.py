@@ -18,6 +18,7 @@ group_vars/<class>.yml  `specfleet_model` per device class, as inventory/mixed d
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,8 @@ def group_vars_all(
         "specfleet_lab_profile": profile,
         "specfleet_lab_registry_ca": "/etc/docker/certs.d/" + cfg.mirror + "/ca.crt",
         "specfleet_image_mirror": cfg.mirror,
+        # Per lab: `lab up` may build the engine images anew (new digests under the same tags).
+        "specfleet_image_digest_dir": str(cfg.inventory_dir / "image-digests"),
     }
     if apt_mirror:
         data["specfleet_bootstrap_apt_mirror"] = {
@@ -152,6 +155,7 @@ def group_vars_all(
 # Comments written above keys of group_vars/all.yml (PyYAML writes none).
 ALL_COMMENTS = {
     "specfleet_image_mirror": "LAN registry on the controller holding the engine images (the vLLM emulator).",
+    "specfleet_image_digest_dir": "Digests recorded at each image's first pull, this lab's only (lab up clears them).",
     "specfleet_bootstrap_apt_mirror": (
         "LAN apt mirror on the controller (lab/specfleet_lab/aptmirror.py), signed with the lab's key below:\n"
         "Debian trixie's docker.io, docker-cli, python3-docker, rsync and what a stock unit lacks of their\n"
@@ -274,6 +278,7 @@ def write_inventory(
     root = cfg.inventory_dir
     group_vars = root / "group_vars"
     group_vars.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(root / "image-digests", ignore_errors=True)  # this lab's images are new ones
     hosts = root / "hosts.yml"
     hosts.write_text(HEADER + HOSTS_NOTE + _dump(inventory_data(cfg, units)))
     all_text = HEADER + dump_with_comments(group_vars_all(cfg, profile, store, apt_mirror), ALL_COMMENTS)
@@ -303,6 +308,7 @@ def write_inventory(
 
 
 def remove_inventory(cfg: LabConfig) -> None:
+    shutil.rmtree(cfg.inventory_dir / "image-digests", ignore_errors=True)
     group_vars = cfg.inventory_dir / "group_vars"
     for path in (cfg.inventory_dir / "hosts.yml", group_vars / "all.yml",
                  *(group_vars / f"{c}.yml" for c in CLASS_MODELS)):

@@ -50,6 +50,7 @@ class FilterModule:
             "plan_repos": plan.needed_repos,
             "plan_stage_repos": plan.stage_repos,
             "plan_speculation": plan.speculation,
+            "image_repo_digest": plan.repo_digest,
             "plan_checkpoint_repos": plan.checkpoint_repos,
             "hf_checkpoint_link": cache.checkpoint_link,
             "gated_repos": specfleet_gated_repos,

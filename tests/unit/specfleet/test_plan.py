@@ -274,3 +274,13 @@ def test_gated_repos_come_from_the_catalog():
     repos = ["meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
              "nvidia/Llama-3.1-8B-Instruct-FP4", "meta-llama/Llama-3.2-1B-Instruct", "someone/not-in-catalog"]
     assert load_catalog().gated(repos) == ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"]
+
+
+def test_repo_digest_picks_the_references_own_repository():
+    from specfleet.plan import repo_digest
+
+    digests = ["nvcr.io/nvidia/vllm@sha256:aaa", "registry.lan:5000/nvidia/vllm@sha256:bbb"]
+    assert repo_digest("registry.lan:5000/nvidia/vllm:26.10-py3", digests) == "sha256:bbb"
+    assert repo_digest("nvcr.io/nvidia/vllm:26.10-py3", digests) == "sha256:aaa"
+    assert repo_digest("localhost:5000/x:1", digests) == ""
+    assert repo_digest("nvcr.io/nvidia/vllm:26.10-py3", []) == ""
