@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from specfleet_lab import power
 from specfleet_lab.profiles import Unit
 
 FIXTURE_ROOT = "/opt/specfleet-lab/jetson"
@@ -86,6 +87,8 @@ def identity_files(unit: Unit) -> dict[str, bytes]:
             f"on L4T {kind['l4t']} (JetPack {kind['jetpack']}). Not a real Jetson.\n"
         ).encode(),
     })
+    # nvpmodel's conf and the emulated clock ranges (lab/specfleet_lab/power.py).
+    files.update(power.identity_files(unit))
     return files
 
 
@@ -118,7 +121,8 @@ def unit_tar(
     """A tar (for `docker cp -a - CONTAINER:/`) with the unit's identity, SSH access for
     `login` and `extra` files (absolute path -> content, e.g. the registry CA and the
     unit's host keys; paths in `private` get mode 0600). Entries at or under the login's
-    home belong to the login (sshd reads authorized_keys as that user)."""
+    home belong to the login (sshd reads authorized_keys as that user). A Jetson's tar also
+    links nvpmodel and jetson_clocks to the image's stand-in (power.command_links)."""
     files = identity_files(unit)
     files[f"{login.home}/.ssh/authorized_keys"] = authorized_key.strip().encode() + b"\n"
     files.update(extra or {})
@@ -154,6 +158,11 @@ def unit_tar(
             info.mode = 0o600 if path.startswith(ssh_dir + "/") or path in private else 0o644
             info.uid, info.gid = owner(path)
             tar.addfile(info, io.BytesIO(content))
+        # Their directories (/usr/sbin, /usr/bin) are the image's: no entries for them.
+        for path, target in power.command_links(unit).items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.type, info.linkname, info.mtime, info.mode = tarfile.SYMTYPE, target, now, 0o777
+            tar.addfile(info)
     return buf.getvalue()
 
 

@@ -31,6 +31,7 @@ from .perfmodel import (
     ngram_match_rate,
     step_timing,
 )
+from .power import PowerMonitor
 
 
 @dataclass
@@ -133,8 +134,11 @@ class Engine:
         hang_after_tokens: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         step_observer: Callable[[StepRecord], None] | None = None,
+        power: PowerMonitor | None = None,
     ) -> None:
         self.perf = perf
+        # An emulated Jetson's nvpmodel mode and clock pinning (power.py); None: full speed.
+        self.power = power
         self.metrics = metrics
         self.kv_tokens = kv_tokens
         self.max_num_seqs = max_num_seqs
@@ -192,6 +196,10 @@ class Engine:
             k = len(stats.accepted_per_position)
             self.interval = IntervalStats(accepted_per_position=[0] * k)
             return stats, len(self._running), len(self._waiting), self.kv_usage()
+
+    def power_factor(self) -> float:
+        """Step-time factor of the unit's power mode and clock pinning (1.0 at MAXN, pinned)."""
+        return 1.0 if self.power is None else self.power.step_time_factor()
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -253,6 +261,7 @@ class Engine:
             ).total_s
             factors = [r.noise_factor for r in decoding + new]
             duration *= self.noise.unit_factor * (sum(factors) / len(factors))
+            duration *= self.power_factor()
             self._deadline = max(self._deadline, time.monotonic() - 1.0) + duration * self.time_scale
             delay = self._deadline - time.monotonic()
             if delay > 0:

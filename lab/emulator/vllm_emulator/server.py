@@ -302,7 +302,11 @@ class EmulatorHandler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             self._send(200, state.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/specfleet/emulator":
-            self._json(200, state.emulator_info)
+            info = state.emulator_info
+            if state.engine.power is not None:
+                # Live: the power state the engine paces by now (it follows nvpmodel changes).
+                info = {**info, "power": state.engine.power.info()}
+            self._json(200, info)
         elif path in ("/v1/completions", "/v1/chat/completions"):
             self._json(405, {"detail": "Method Not Allowed"})
         else:

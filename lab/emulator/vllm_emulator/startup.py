@@ -33,6 +33,7 @@ from .logs import ENGINE_CORE, VllmLogger
 from .memory import MemoryPlan, effective_precision, effective_weights_gib, plan_memory
 from .metrics import VllmMetrics
 from .perfmodel import DEVICE_PROFILES, build_engine_perf, startup_phases
+from .power import load_power_monitor
 from .server import EmulatorHTTPServer, ServerState, emulator_label, make_server, route_lines
 from .specconfig import ResolvedSpeculation, SpecConfigError, validate_speculative_config
 
@@ -381,6 +382,7 @@ def _engine_core(st: Startup) -> Engine:
         st.settings.time_scale,
         noise,
         st.faults.hang_mid_stream_after_tokens,
+        power=load_power_monitor(st.env, log.plain),
     )
 
 

@@ -136,6 +136,8 @@ def build_env(lab_root: Path, work_dir: Path) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1",
             "SPECFLEET_EMULATOR_GPU_FILE": str(lab_root / "gpu.json"),
             "SPECFLEET_EMULATOR_FAULTS_FILE": str(work_dir / "faults.json"),
+            # Absent unless a test writes it (full speed); never the host's /run/specfleet-lab.
+            "SPECFLEET_EMULATOR_POWER_FILE": str(work_dir / "power" / "power.json"),
             "SPECFLEET_EMULATOR_TIME_SCALE": FAST_SCALE,
             "SPECFLEET_EMULATOR_NOISE": "0",
             "VLLM_CACHE_ROOT": str(work_dir / "vllm-cache"),
