@@ -26,7 +26,7 @@ def holdings_line(holdings: Sequence[Sequence[Any]], skipped: Sequence[str]) -> 
     if missing:
         line += f"; NOT held: {', '.join(missing)}"
     if skipped:
-        line += f"; not staged (its GPU cannot run them): {'; '.join(skipped)}"
+        line += f"; not staged (the unit cannot serve them): {'; '.join(skipped)}"
     return line
 
 

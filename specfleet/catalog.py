@@ -1,12 +1,24 @@
-"""The shipped model catalog and image matrix (specfleet/data), as plain dataclasses."""
+"""The shipped model catalog and image matrix (specfleet/data), as plain dataclasses.
+
+The image matrix takes entries from the inventory too (policy ``specfleet_images``): both are
+read by ``image_problems`` / ``parse_image``, so a bad entry is refused naming its field
+whichever file it came from.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
+
+# Speculative methods the toolkit plans, in its default order of preference.
+SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,78 @@ class Catalog:
     def image(self, name: str) -> Image | None:
         return next((image for image in self.images if image.name == name), None)
 
+    def with_images(self, entries: Sequence[Mapping[str, Any]]) -> Catalog:
+        """The matrix with a fleet's own entries (``specfleet_images``, checked first with
+        ``image_problems``): an entry named like a shipped one replaces it where it stands (to
+        pin its digest, say); a new one goes before the shipped ones, so matching prefers it."""
+        if not entries:
+            return self
+        added = [parse_image(entry) for entry in entries]
+        by_name = {image.name: image for image in added}
+        shipped = tuple(by_name.pop(image.name, image) for image in self.images)
+        return replace(self, images=tuple(image for image in added if image.name in by_name) + shipped)
+
+
+# ---- the image matrix's schema -----------------------------------------------------------
+IMAGE_BACKENDS = ("vllm", "trtllm")
+_IMAGE_REQUIRED = ("name", "ref", "classes", "methods", "cuda", "l4t_min", "source")
+_IMAGE_OPTIONAL = ("digest", "vllm_version", "l4t_max", "size_gib", "pin_only", "backend", "trtllm_version",
+                   "trtllm_eagle3_decoding_type")
+# registry/path:tag, lower-case path components as Docker requires; the digest is its own field.
+_IMAGE_REF = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*"
+                        r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*:[\w][\w.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_VERSION = re.compile(r"^\d+(?:\.\d+){1,2}$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def image_problems(entry: Any, where: str) -> list[str]:
+    """Every problem with one image-matrix entry, each naming ``where`` and the field."""
+    if not isinstance(entry, Mapping):
+        return [f"{where}: must be a map with {', '.join(_IMAGE_REQUIRED)}, got {entry!r}"]
+    problems = [f"{where}: missing {key}" for key in _IMAGE_REQUIRED if key not in entry]
+    unknown = sorted(set(entry) - set(_IMAGE_REQUIRED) - set(_IMAGE_OPTIONAL))
+    if unknown:
+        problems.append(f"{where}: unknown field(s) {', '.join(unknown)} (known: "
+                        f"{', '.join(_IMAGE_REQUIRED + _IMAGE_OPTIONAL)})")
+
+    def check(key: str, ok: bool, wanted: str) -> None:
+        if key in entry and not ok:
+            problems.append(f"{where}.{key}: must be {wanted}, got {entry[key]!r}")
+
+    name, ref, digest = entry.get("name"), entry.get("ref"), entry.get("digest")
+    check("name", isinstance(name, str) and bool(_NAME.match(name)), "a lower-case name ([a-z0-9._-])")
+    check("ref", isinstance(ref, str) and bool(_IMAGE_REF.match(ref)),
+          "registry/repository:tag (the digest goes in `digest`)")
+    check("digest", digest is None or (isinstance(digest, str) and bool(_DIGEST.match(digest))),
+          "null or sha256:<64 hex>")
+    classes, listed_methods = entry.get("classes"), entry.get("methods")
+    check("classes", isinstance(classes, list) and bool(classes) and all(c in DEVICE_CLASSES for c in classes),
+          f"a non-empty list of device classes ({', '.join(DEVICE_CLASSES)})")
+    check("methods", isinstance(listed_methods, list) and all(m in SPEC_METHODS for m in listed_methods),
+          f"a list of speculative methods ({', '.join(SPEC_METHODS)})")
+    for key in ("vllm_version", "cuda", "l4t_min", "l4t_max", "trtllm_version"):
+        value = entry.get(key)
+        wanted = "null or a version string in quotes (\"13.0\", \"38.0.0\")"
+        if key == "trtllm_version":
+            check(key, value is None or isinstance(value, str), "null or a version string")
+        else:
+            check(key, value is None or (isinstance(value, str) and bool(_VERSION.match(value))), wanted)
+    size = entry.get("size_gib")
+    check("size_gib", size is None or (isinstance(size, int | float) and not isinstance(size, bool) and size > 0),
+          "null or a positive number of GiB")
+    check("pin_only", isinstance(entry.get("pin_only", False), bool), "true or false")
+    check("backend", entry.get("backend", "vllm") in IMAGE_BACKENDS, f"one of {', '.join(IMAGE_BACKENDS)}")
+    check("source", isinstance(entry.get("source"), str) and bool(str(entry.get("source")).strip()),
+          "a non-empty string saying where the entry's facts come from")
+    return problems
+
+
+def parse_image(entry: Mapping[str, Any]) -> Image:
+    """An entry that ``image_problems`` accepted, as an Image."""
+    optional = {"digest": None, "vllm_version": None, "l4t_max": None}
+    return Image(**{**optional, **entry, "classes": tuple(entry["classes"]), "methods": tuple(entry["methods"])})
+
 
 def _read(name: str) -> dict:
     return yaml.safe_load(resources.files("specfleet.data").joinpath(name).read_text())
@@ -114,8 +198,9 @@ def load_catalog() -> Catalog:
         for entry in catalog["models"]
     )
     heads = tuple(Head(**entry) for entry in catalog["heads"])
-    image_entries = tuple(
-        Image(**{**entry, "classes": tuple(entry["classes"]), "methods": tuple(entry["methods"])})
-        for entry in images["images"]
-    )
+    problems = [problem for index, entry in enumerate(images["images"])
+                for problem in image_problems(entry, f"specfleet/data/images.yml images[{index}]")]
+    if problems:  # a packaging mistake, never a user's: fail loudly on first use
+        raise ValueError("\n".join(problems))
+    image_entries = tuple(parse_image(entry) for entry in images["images"])
     return Catalog(models=models, heads=heads, images=image_entries)

@@ -298,3 +298,27 @@ def decide(baseline: Mapping[str, Any], candidate: Mapping[str, Any], policy: Ma
         "gate_workloads": workloads,
         "thresholds": {k: merged[k] for k in defaults},
     }
+
+
+# ---- draft length ------------------------------------------------------------------------
+# NVIDIA's jetson-speculative-decoding skill: "num_speculative_tokens: start at 5 on Thor, 3 on
+# AGX Orin. Higher values pay off only if the draft acceptance rate is >0.6."
+DRAFT_LENGTH_ACCEPTANCE = 0.6
+
+
+def draft_length_advice(acceptance_rate: float | None, tokens: int | None, start_tokens: int | None,
+                        max_tokens: int) -> str | None:
+    """What the measured acceptance says about ``num_speculative_tokens`` (``tokens``, against
+    the class's starting value ``start_tokens``): a longer draft is worth measuring only above
+    the rule's rate, and a draft already longer than the start does not pay at or below it."""
+    if acceptance_rate is None or tokens is None:
+        return None
+    share = f"{acceptance_rate * 100:.0f}% of drafted tokens accepted at c=1"
+    if acceptance_rate > DRAFT_LENGTH_ACCEPTANCE and tokens < max_tokens:
+        return (f"draft length: {share} (> {DRAFT_LENGTH_ACCEPTANCE:.0%}) with num_speculative_tokens {tokens}: "
+                f"a longer draft may pay; measure {tokens + 1} (specfleet_spec_tokens)")
+    if acceptance_rate <= DRAFT_LENGTH_ACCEPTANCE and start_tokens is not None and tokens > start_tokens:
+        return (f"draft length: only {share} (<= {DRAFT_LENGTH_ACCEPTANCE:.0%}) with num_speculative_tokens "
+                f"{tokens}, above the class's start {start_tokens}: the longer draft does not pay; go back to "
+                f"{start_tokens}")
+    return None

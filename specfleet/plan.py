@@ -206,11 +206,12 @@ def _refused(base: dict, reason: str) -> dict:
 
 def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> dict:
     """The unit's plan: what it serves and measures, and what the event adds to its store."""
+    catalog = catalog.with_images(policy["specfleet_images"])
     plan = _serving_plan(host, facts, model, policy, catalog)
     if plan["device_class"] in DEVICE_CLASSES:
-        event_models(plan, policy, catalog)
+        event_models(plan, facts, policy, catalog)
     else:
-        plan["event"] = {"repos": [], "skipped": []}
+        plan["event"] = {"repos": [], "skipped": [], "servings": [], "needs_tiktoken": False}
     return plan
 
 
@@ -241,6 +242,9 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         "needs_tiktoken": model.needs_tiktoken,
         "gated": model.gated,
         "memory": None,
+        # The speculative serving's lighter variant, started once in its place when it runs out
+        # of memory at start (specfleet_oom_retry_memory_drop); None: no retry.
+        "oom_retry": None,
         "refused": False,
         "reasons": [],
         "notes": [],
@@ -307,12 +311,51 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         plan["gpu_memory_utilization"] = spec_util
         plan["serving"] = vllm_serving(
             "speculative", plan["image"], model, policy, device_class, spec_util, plan["speculative"])
+        plan["oom_retry"] = _oom_retry(plan, model, policy, catalog, method, artifact, tokens, unit_gib)
         return plan
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
     plan["gpu_memory_utilization"] = baseline_util
     plan["serving"] = {**plan["baseline_serving"], "kind": "speculative"}
     return plan
+
+
+def _oom_retry(plan: dict, model: Model, policy: Mapping, catalog: Catalog, method: str, artifact: str | None,
+               tokens: int, unit_gib: float) -> dict[str, Any] | None:
+    """What to start once more when the speculative serving runs out of memory at start
+    (NVIDIA's jetson-speculative-decoding skill: "If startup OOMs, lower
+    --gpu-memory-utilization, use a smaller draft, or disable speculation"): the utilisation
+    lowered by specfleet_oom_retry_memory_drop and, with a draft model, the smallest runnable
+    draft of the same tokenizer that is smaller than the planned one. None when the drop is 0 or
+    the lighter serving no longer holds the target, its speculator and the minimum KV cache
+    (the unit then reverts, as it would without the rule)."""
+    drop = policy["specfleet_oom_retry_memory_drop"]
+    if not drop:
+        return None
+    device_class = plan["device_class"]
+    utilisation = round(plan["gpu_memory_utilization"] - drop, 2)
+    draft, draft_gib = artifact, plan["memory"]["speculator_gib"]
+    if method == "draft_model":
+        table = capability.load_table()
+        smaller = [candidate for repo in model.draft_models if (candidate := catalog.model(repo)) is not None
+                   and candidate.family == model.family and candidate.vocab_size == model.vocab_size
+                   and candidate.weights_gib < draft_gib
+                   and capability.verdict(table, device_class, candidate).runs]
+        if smaller:
+            lightest = min(smaller, key=lambda candidate: candidate.weights_gib)
+            draft, draft_gib = lightest.repo, lightest.weights_gib
+    what = f"{model.repo} + {draft or METHOD_LABELS[method]} (+{policy['specfleet_min_kv_cache_gib']:.2f} GiB KV)"
+    need = model.weights_gib + policy["specfleet_min_kv_cache_gib"] + draft_gib
+    if utilisation <= 0 or _memory_check(what, need, utilisation, unit_gib, policy):
+        plan["notes"].append(
+            f"no retry on out of memory at start: --gpu-memory-utilization {utilisation:.2f} would not hold {what}")
+        return None
+    config = speculative_config(method, draft, tokens, policy)
+    change = f"--gpu-memory-utilization {utilisation:.2f} (was {plan['gpu_memory_utilization']:.2f})"
+    if draft != artifact:
+        change += f" and the smaller draft {draft} (was {artifact})"
+    return {"serving": vllm_serving("speculative", plan["image"], model, policy, device_class, utilisation, config),
+            "change": change}
 
 
 def _checkpoint_for_unit(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> Model | None:
@@ -457,12 +500,17 @@ def needed_repos(plan: Mapping) -> list[str]:
     return [plan["model"], *([vllm_speculator] if vllm_speculator else []), *checkpoint_repos(plan)]
 
 
-def event_models(plan: dict, policy: Mapping, catalog: Catalog) -> None:
-    """What the event manifest (specfleet_event_models) adds to the unit's store: each model its
-    GPU runs, with its EAGLE-3 head and runnable draft models; the reason for each it skips."""
+def event_models(plan: dict, facts: Mapping, policy: Mapping, catalog: Catalog) -> None:
+    """What the event manifest (specfleet_event_models) adds to the unit: each model its GPU runs
+    and its memory holds, with its EAGLE-3 head and runnable draft models (``repos``), the
+    servings it would run them with (``servings``: the unit's plan of that very checkpoint,
+    baseline and speculative, which prewarm.yml compiles ahead), whether any needs tiktoken
+    files, and the reason for each model it leaves out (``skipped``)."""
     table = capability.load_table()
     repos: list[str] = []
     skipped: list[str] = []
+    servings: list[dict] = []
+    needs_tiktoken = False
     for name in policy["specfleet_event_models"]:
         model = catalog.model(name)
         if model is None:  # policy.validate refuses this first
@@ -471,10 +519,20 @@ def event_models(plan: dict, policy: Mapping, catalog: Catalog) -> None:
         if not found.runs:
             skipped.append(found.why)
             continue
+        # The manifest names a checkpoint: plan that one (no swap to another precision), on
+        # the unit's own image; a checkpoint that does not fit is left out, not replaced.
+        own = _serving_plan(plan["host"], facts, model, {**policy, "specfleet_capability_check": False}, catalog)
+        if own["refused"]:
+            skipped.append(f"{model.repo}: {own['reasons'][-1]}")
+            continue
         drafts = [draft.repo for repo in model.draft_models if (draft := catalog.model(repo)) is not None
                   and capability.verdict(table, plan["device_class"], draft).runs]
         repos.extend([model.repo, *([model.eagle3] if model.eagle3 else []), *drafts])
-    plan["event"] = {"repos": list(dict.fromkeys(repos)), "skipped": skipped}
+        servings.extend(serving for serving in (own["baseline_serving"], own["serving"])
+                        if serving not in servings)
+        needs_tiktoken = needs_tiktoken or model.needs_tiktoken
+    plan["event"] = {"repos": list(dict.fromkeys(repos)), "skipped": skipped, "servings": servings,
+                     "needs_tiktoken": needs_tiktoken}
 
 
 def stage_repos(plan: Mapping) -> list[str]:

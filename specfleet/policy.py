@@ -18,9 +18,8 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity im
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 
 from specfleet import serving
-from specfleet.catalog import Catalog
+from specfleet.catalog import SPEC_METHODS, Catalog, image_problems
 
-SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
 # (vLLM takes the last occurrence, so a repeat would silently override the plan).
 PLAN_OWNED_FLAGS = (
@@ -100,12 +99,29 @@ def _check_class_map(problems: list[str], name: str, value: Any) -> dict:
     return dict(value)
 
 
+def _check_images(problems: list[str], entries: Any) -> bool:
+    """The fleet's own image entries (specfleet_images); True when they can be used."""
+    if not isinstance(entries, list):
+        problems.append(f"specfleet_images: must be a list of image entries (as in images.yml), got {entries!r}")
+        return False
+    found = [problem for index, entry in enumerate(entries)
+             for problem in image_problems(entry, f"specfleet_images[{index}]")]
+    names = [entry.get("name") for entry in entries if isinstance(entry, Mapping)]
+    twice = sorted({str(name) for name in names if names.count(name) > 1})
+    if twice:
+        found.append(f"specfleet_images: names an image twice: {', '.join(twice)}")
+    problems.extend(found)
+    return not found
+
+
 def _check_image_pin(problems: list[str], pinned: Any, catalog: Catalog) -> None:
     if pinned is None:
         return
     names = [image.name for image in catalog.images]
     if not isinstance(pinned, str) or pinned not in names:
-        problems.append(f"specfleet_image: must be an image name from images.yml ({', '.join(names)}), got {pinned!r}")
+        problems.append(
+            f"specfleet_image: must be an image name from images.yml or specfleet_images ({', '.join(names)}), "
+            f"got {pinned!r}")
 
 
 def _check_extra_args(problems: list[str], extra: Any) -> None:
@@ -227,6 +243,10 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         )
     drop = policy["specfleet_spec_memory_drop"]
     _check_fraction(problems, "specfleet_spec_memory_drop", drop, low_open=False)
+    retry_drop = policy["specfleet_oom_retry_memory_drop"]
+    if not _is_number(retry_drop) or not 0 <= retry_drop < 1:
+        problems.append(
+            f"specfleet_oom_retry_memory_drop: must be a share 0 <= x < 1 (0 = no retry), got {retry_drop!r}")
     if _is_number(drop):
         for device_class, value in utilisation.items():
             if _is_number(value) and value - drop <= 0:
@@ -272,7 +292,8 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"specfleet_image_mirror: must be a registry host[:port] without scheme or path, got {mirror!r}"
         )
 
-    _check_image_pin(problems, policy["specfleet_image"], catalog)
+    if _check_images(problems, policy["specfleet_images"]):
+        _check_image_pin(problems, policy["specfleet_image"], catalog.with_images(policy["specfleet_images"]))
     _check_extra_args(problems, policy["specfleet_serve_extra_args"])
 
     gain = policy["specfleet_gate_min_throughput_gain"]

@@ -15,7 +15,9 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``remeasure_reasons``: why a unit with an earlier decision was measured again;
 - ``failure``, ``reported_benches``: why a step failed, and the benches as registered then;
 - ``fallback``, ``known_good_failure``: what the rollback is trying after a failure, and why
-  the known-good did not start again when it did not.
+  the known-good did not start again when it did not;
+- ``retry``: the plan's lighter speculative serving (``oom_retry``) placed on the unit and the
+  reason, once the candidate ran out of memory at start and it was started in its place.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specfleet import gate, release, report, serving
+from specfleet import policy as policy_module
 
 State = dict[str, Any]
 
@@ -34,7 +37,7 @@ def _state(**fields: Any) -> State:
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "baseline_bench": None, "candidate_bench": None,
         "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
-        "known_good_failure": None,
+        "known_good_failure": None, "retry": None,
     }
     state.update(fields)
     return state
@@ -75,7 +78,15 @@ def start(
     earlier = None if remeasure else release.previous_decision(record, candidate["spec_id"])
     if earlier is None:
         return state
-    decided = candidate if earlier.get("decision") == "kept" else record.get("known_good")
+    if earlier.get("decision") == "kept" and earlier.get("retried_spec_id"):
+        # Kept in its lighter variant (out of memory at start): serve that one, while the plan
+        # still makes the same variant; otherwise measure again.
+        retried = _placed_retry(plan, candidate)
+        if retried is None or retried["spec_id"] != earlier["retried_spec_id"]:
+            return state
+        decided = retried
+    else:
+        decided = candidate if earlier.get("decision") == "kept" else record.get("known_good")
     outcome = {**earlier, "reused_from": earlier.get("run_id")}
     if decided is None:
         return _evolve(state, earlier=earlier, outcome=outcome, done=True)
@@ -94,6 +105,15 @@ def earlier_did_not_start(state: Mapping[str, Any], failure_class: str) -> State
     # The record as read, less the serving that failed: what it said the unit served is stale.
     return _evolve(state, record=record, earlier=None, outcome=None, done=False, serve=None,
                    remeasure_reasons=[*state["remeasure_reasons"], reason])
+
+
+def _placed_retry(plan: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plan's out-of-memory variant (``oom_retry``) as the unit runs it: the candidate's
+    environment, mounts and secret names."""
+    retry = plan.get("oom_retry")
+    if not retry:
+        return None
+    return serving.for_unit(retry["serving"], candidate["env"], candidate["mounts"], candidate["secret_env_names"])
 
 
 # ---- measuring -----------------------------------------------------------------------------
@@ -115,6 +135,22 @@ def baseline_measured(state: Mapping[str, Any], plan: Mapping[str, Any], bench: 
     return _evolve(state, outcome=outcome, done=True)
 
 
+def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], task: str,
+                            result: Mapping[str, Any]) -> State:
+    """The speculative serving did not start. Out of memory at start (``oom_at_start``), the
+    plan's lighter variant is started once in its place; any other failure, the retry's own, or
+    a plan without a variant is the unit's failure: ``serve`` stays None and ``failure`` says
+    why, for the playbook to fail with (then ``failed`` rolls the unit back)."""
+    failure = failure_of(task, result)
+    retry = _placed_retry(plan, state["candidate"])
+    if failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None:
+        return _evolve(state, serve=None, failure=failure)
+    cause = (failure["decisive_lines"] or [failure["message"]])[0]
+    reason = (f"the speculative serving ran out of memory at start ({cause}); started once more with "
+              f"{plan['oom_retry']['change']}")
+    return _evolve(state, serve=retry, retry={"serving": retry, "reason": reason})
+
+
 def candidate_measured(
     state: Mapping[str, Any],
     plan: Mapping[str, Any],
@@ -128,29 +164,51 @@ def candidate_measured(
     keep = verdict["decision"] == "keep"
     record = state["record"]
     known_good = record.get("known_good")
+    retry = state.get("retry")
+    advice = _draft_length_advice(plan, policy, verdict["figures"])
     outcome = {
         "decision": "kept" if keep else "reverted",
-        "reasons": [*plan["reasons"], *verdict["reasons"], *state["remeasure_reasons"]],
+        "reasons": [*plan["reasons"], *_retry_reasons(state), *verdict["reasons"], *advice,
+                    *state["remeasure_reasons"]],
         "figures": verdict["figures"],
         "baseline": state["baseline_bench"],
         "speculative": dict(bench),
         "resolved_speculative_config": resolved_speculative_config,
         "serving": "speculative" if keep else (known_good or {}).get("kind"),
     }
+    if retry is not None:
+        outcome["retried_spec_id"] = retry["serving"]["spec_id"]
     if keep:
+        measured = retry["serving"] if retry is not None else state["candidate"]
         return _evolve(state, candidate_bench=dict(bench), outcome=outcome, done=True, serve=None,
-                       record=release.known_good(record, state["candidate"]))
+                       record=release.known_good(record, measured))
     return _evolve(state, candidate_bench=dict(bench), outcome=outcome, done=True, serve=known_good,
                    record=release.serving(record, known_good) if known_good else record)
+
+
+def _draft_length_advice(plan: Mapping[str, Any], policy: Mapping[str, Any], figures: Mapping[str, Any]) -> list[str]:
+    """The draft-length rule (specfleet.gate.draft_length_advice) on the first gated workload."""
+    tokens = serving.speculation(plan.get("serving")).get("num_speculative_tokens")
+    first = next(iter(figures.values()), None) or {}
+    rate = (first.get("acceptance_c1") or {}).get("rate")
+    start = policy_module.defaults()["specfleet_spec_tokens"].get(plan.get("device_class"))
+    advice = gate.draft_length_advice(rate, tokens, start, policy_module.MAX_SPEC_TOKENS)
+    return [advice] if advice else []
+
+
+def _retry_reasons(state: Mapping[str, Any]) -> list[str]:
+    retry = state.get("retry")
+    return [retry["reason"]] if retry else []
 
 
 # ---- failing -------------------------------------------------------------------------------
 def failure_of(task: str, result: Mapping[str, Any]) -> dict[str, Any]:
     """Why a task failed: the launch module's class and decisive log lines, a failed
-    benchmark's own account, or Ansible's message."""
+    benchmark's own account, or Ansible's message. A failure handed on by the rollout's own
+    step (``failed_task``) keeps the task that failed first."""
     bench_failure = (result.get("bench") or {}).get("failure") or {}
     return {
-        "task": task or "?",
+        "task": result.get("failed_task") or task or "?",
         "failure_class": result.get("failure_class") or bench_failure.get("class") or "failed",
         "message": bench_failure.get("message") or result.get("msg") or "",
         "decisive_lines": list(result.get("decisive_lines") or []),
@@ -219,7 +277,7 @@ def finish(state: Mapping[str, Any], run_id: str) -> State:
         outcome = {
             "decision": "failed",
             "reasons": [f"{failure['task']}: {failure['failure_class']}: {failure['message']}",
-                        _rollback_sentence(state), *state["remeasure_reasons"]],
+                        _rollback_sentence(state), *_retry_reasons(state), *state["remeasure_reasons"]],
             "failure": failure,
             "baseline": benches.get("baseline"),
             "speculative": benches.get("speculative"),

@@ -20,13 +20,14 @@ except ImportError as exc:
 else:
     SPECFLEET_IMPORT_ERROR = None
 
-STEPS = ("start", "earlier_did_not_start", "baseline_serving", "baseline_measured", "candidate_measured",
-         "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
+STEPS = ("start", "earlier_did_not_start", "baseline_serving", "baseline_measured", "candidate_did_not_start",
+         "candidate_measured", "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
 # What each step reads from its arguments (the rest comes from the unit's variables).
 ARGUMENTS = {
     "start": ("record", "serve_env", "serve_mounts", "secret_env_names", "remeasure"),
     "earlier_did_not_start": ("failure_class",),
     "baseline_measured": ("bench",),
+    "candidate_did_not_start": ("task", "result"),
     "candidate_measured": ("bench", "resolved_speculative_config"),
     "failed": ("task", "result", "baseline_bench", "candidate_bench"),
     "rollback_did_not_start": ("failure_class",),
@@ -59,6 +60,12 @@ class ActionModule(ActionBase):
                 return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
         run_id = task_vars.get("specfleet_run_id", "")
         state = self._step(step, state, plan, args, task_vars, run_id)
+        if step == "candidate_did_not_start" and state["serve"] is None:
+            # No lighter variant to start: fail as the start failed, for the rescue to roll back.
+            failure = state["failure"]
+            return {**result, "failed": True, "changed": False, "msg": failure["message"],
+                    "failure_class": failure["failure_class"], "decisive_lines": failure["decisive_lines"],
+                    "failed_task": failure["task"]}
         if step == "finish":  # what record.yml writes for the report, made once
             host = task_vars["inventory_hostname"]
             state["unit_record"] = rollout.unit_record(state, plan, host, run_id)
@@ -75,6 +82,8 @@ class ActionModule(ActionBase):
             return getattr(rollout, step)(state, args["failure_class"] or "failed")
         if step in ("baseline_serving", "rolled_back"):
             return getattr(rollout, step)(state)
+        if step == "candidate_did_not_start":
+            return rollout.candidate_did_not_start(state, plan, args["task"] or "?", args["result"] or {})
         if step == "baseline_measured":
             return rollout.baseline_measured(state, plan, args["bench"])
         if step == "candidate_measured":

@@ -25,9 +25,11 @@ description:
     C(earlier_did_not_start) measures again when that decided serving no longer starts;
     C(baseline_serving) makes the serving baseline the known-good unless another is;
     C(baseline_measured) and C(candidate_measured) take the benches, the latter gating them
-    (keep, or serve the known-good again); C(failed) says why a step failed and starts the
-    rollback to the known-good; C(rollback_did_not_start) falls back to this run's measured
-    baseline, then to nothing; C(rolled_back) records what the rollback started; C(finish)
+    (keep, or serve the known-good again); C(candidate_did_not_start) starts the plan's lighter
+    variant (C(oom_retry)) once when the candidate ran out of memory at start, and otherwise fails
+    with the start's own C(failure_class), C(decisive_lines) and C(failed_task); C(failed) says
+    why a step failed and starts the rollback to the known-good; C(rollback_did_not_start) falls
+    back to this run's measured baseline, then to nothing; C(rolled_back) records what the rollback started; C(finish)
     makes the unit's outcome and records the decision for the candidate.
   - C(rollback) is the start of the playbook C(specfleet.fleet.rollback) (the record's known-good).
 version_added: "0.2.0"
@@ -37,8 +39,8 @@ options:
     description: The step that just happened, or the one to take.
     type: str
     required: true
-    choices: [start, earlier_did_not_start, baseline_serving, baseline_measured, candidate_measured, failed,
-              rollback_did_not_start, rolled_back, finish, rollback]
+    choices: [start, earlier_did_not_start, baseline_serving, baseline_measured, candidate_did_not_start,
+              candidate_measured, failed, rollback_did_not_start, rolled_back, finish, rollback]
   record:
     description: The unit's release record as read (empty when it has none); C(start) and C(rollback).
     type: str
@@ -69,10 +71,10 @@ options:
     description: The speculative config vLLM logged it resolved, for the report; C(candidate_measured).
     type: dict
   task:
-    description: The name of the task that failed; C(failed).
+    description: The name of the task that failed; C(candidate_did_not_start) and C(failed).
     type: str
   result:
-    description: The failed task's result; C(failed).
+    description: The failed task's result; C(candidate_did_not_start) and C(failed).
     type: dict
   baseline_bench:
     description: The baseline's bench as registered (a failed one included), for the report; C(failed).
@@ -125,4 +127,17 @@ ansible_facts:
           counts as failed.
       returned: success
       type: dict
+failure_class:
+  description: Why the candidate did not start (the launch module's class), when C(candidate_did_not_start) fails.
+  returned: failure
+  type: str
+decisive_lines:
+  description: The start's decisive log lines, when C(candidate_did_not_start) fails.
+  returned: failure
+  type: list
+  elements: str
+failed_task:
+  description: The task that failed first, when C(candidate_did_not_start) fails.
+  returned: failure
+  type: str
 """

@@ -130,6 +130,52 @@ def test_faulted_units_end_on_their_baseline(rolled_out, host, failure_class):
     assert models.returncode == 0, f"{host} is not serving after its rollback"
     release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
     assert release["current"]["kind"] == "baseline" and release["current"]["speculative_config"] is None
+    # Out of memory at start is tried once more with less memory (here the 70 GB the drafter holds
+    # outside vLLM's budget fills the unit whatever the share): only then does the unit fail.
+    tried_again = any("ran out of memory at start" in reason and "started once more with --gpu-memory-utilization"
+                      in reason for reason in record["reasons"])
+    assert tried_again == (failure_class == "oom_at_start"), record["reasons"]
+
+
+def test_out_of_memory_at_start_is_tried_once_more_with_less_memory_and_measured(fleet_lab, rolled_out, tmp_path):
+    """A drafter holding memory outside vLLM's budget leaves less free than the speculative
+    serving's --gpu-memory-utilization asks for, but more than its plan's lighter variant asks
+    for: the rollout starts the variant in its place, measures it and records it; a re-run
+    serves that variant again without measuring."""
+    host = "agxorin-jp6-02"
+    plan = json.loads(subprocess.run(
+        [str(Path(sys.executable).with_name("specfleet")), "plan", "-i", str(INVENTORY), "--format", "json"],
+        cwd=REPO, capture_output=True, text=True, check=True).stdout)
+    plan = next(entry for entry in plan if entry["host"] == host)
+    planned, lighter = plan["gpu_memory_utilization"], float(
+        dict(serving.engine_flags(plan["oom_retry"]["serving"]))["--gpu-memory-utilization"])
+    total_gib = json.loads(on_unit(host, "cat /etc/specfleet-lab/gpu.json").stdout)["memory_total_mib"] / 1024
+    # Free memory as the emulator counts it: total - the OS's share - what the drafter holds.
+    os_gib = min(3.0, max(0.5, 0.06 * total_gib))
+    free_gib = (planned + lighter) / 2 * total_gib
+    held_mib = int((total_gib - os_gib - free_gib) * 1024)
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "drafter_unbudgeted_mib": held_mib})
+    try:
+        result = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
+                          env={"SPECFLEET_RUNS_DIR": str(tmp_path / "first")})
+        record = json.loads(next((tmp_path / "first").glob(f"*/units/{host}.json")).read_text())
+        assert record["speculative"]["ok"], (record["reasons"], result.stdout[-4000:])
+        (why,) = [reason for reason in record["reasons"] if "ran out of memory at start" in reason]
+        assert "Free memory on device" in why and f"--gpu-memory-utilization {lighter:.2f} (was {planned:.2f})" in why
+        release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+        served = dict(serving.engine_flags(release["current"]))["--gpu-memory-utilization"]
+        # What serves now is what was measured and decided: the variant when kept, else the baseline.
+        expected = f"{lighter:.2f}" if record["decision"] == "kept" else dict(
+            serving.engine_flags(plan["baseline_serving"]))["--gpu-memory-utilization"]
+        assert served == expected and result.returncode == 0, record["reasons"]
+        started = on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+        again = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path / "again")})
+        assert again.returncode == 0, again.stdout[-4000:]
+        reused = json.loads(next((tmp_path / "again").glob(f"*/units/{host}.json")).read_text())
+        assert reused["decision"] == record["decision"] and reused.get("reused_from"), reused["reasons"]
+        assert on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout == started
+    finally:
+        lab.set_faults(fleet_lab, host, None)
 
 
 def test_report_written_once_with_every_unit(rolled_out):
@@ -345,7 +391,7 @@ def test_prepare_stages_the_event_manifest_and_reports_holdings(rolled_out):
         "nvidia/Llama-3.1-8B-Instruct-FP8, meta-llama/Llama-3.2-1B-Instruct"), result.stdout[-3000:]
     orin = holdings["agxorin-jp72-01"]
     assert orin.startswith("holds 3/3 models: meta-llama/Llama-3.1-8B-Instruct, yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, "
-                           "Qwen/Qwen3-0.6B; not staged (its GPU cannot run them): "
+                           "Qwen/Qwen3-0.6B; not staged (the unit cannot serve them): "
                            "nvidia/Llama-3.1-8B-Instruct-FP8 is FP8 (ModelOpt)"), orin
     for repo in ("Qwen--Qwen3-0.6B", "nvidia--Llama-3.1-8B-Instruct-FP8"):
         assert on_unit("thor-01", f"test -L /var/lib/specfleet/huggingface/hub/models--{repo}").returncode == 0

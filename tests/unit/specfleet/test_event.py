@@ -12,7 +12,7 @@ CATALOG = load_catalog()
 
 def test_without_a_manifest_a_unit_stages_what_its_plan_serves(unit_facts):
     thor = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4")
-    assert thor["event"] == {"repos": [], "skipped": []}
+    assert thor["event"] == {"repos": [], "skipped": [], "servings": [], "needs_tiktoken": False}
     assert plan.stage_repos(thor) == ["nvidia/Llama-3.1-8B-Instruct-FP4", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]
 
 
@@ -43,5 +43,28 @@ def test_unknown_event_models_are_refused_before_any_unit_is_touched():
 
 def test_holdings_line():
     line = cache.holdings_line([["a/x", True], ["b/y", True], ["c/z", False]], ["d/w is FP8 ..."])
-    assert line == "holds 2/3 models: a/x, b/y; NOT held: c/z; not staged (its GPU cannot run them): d/w is FP8 ..."
+    assert line == "holds 2/3 models: a/x, b/y; NOT held: c/z; not staged (the unit cannot serve them): d/w is FP8 ..."
     assert cache.holdings_line([], []) == "holds 0/0 models: none"
+
+
+def test_event_models_carry_the_servings_prewarm_compiles_and_their_tiktoken_need(unit_facts):
+    thor = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_event_models=["openai/gpt-oss-20b", "qwen3-8b"])
+    event = thor["event"]
+    assert event["needs_tiktoken"] is True  # gpt-oss reads the harmony encodings
+    models = [(serving["model"], serving["kind"]) for serving in event["servings"]]
+    assert ("openai/gpt-oss-20b", "baseline") in models and ("Qwen/Qwen3-8B", "speculative") in models
+    qwen = next(s for s in event["servings"] if s["model"] == "Qwen/Qwen3-8B" and s["kind"] == "speculative")
+    assert qwen["speculative_config"]["model"] == "RedHatAI/Qwen3-8B-speculator.eagle3"
+    assert {serving["image"] for serving in event["servings"]} == {thor["image"]}
+    assert plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_event_models=["qwen3-8b"])["event"]["needs_tiktoken"] is False
+
+
+def test_an_event_model_that_does_not_fit_is_left_out_not_swapped(unit_facts):
+    nx = plan_for(unit_facts("orin-nx-16gb-r36"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                  specfleet_event_models=["meta-llama/Llama-3.1-8B-Instruct"])
+    (why,) = nx["event"]["skipped"]
+    assert why.startswith("meta-llama/Llama-3.1-8B-Instruct: does not fit"), why
+    assert "meta-llama/Llama-3.1-8B-Instruct" not in plan.stage_repos(nx)
+    assert nx["event"]["servings"] == []

@@ -284,3 +284,47 @@ def test_repo_digest_picks_the_references_own_repository():
     assert repo_digest("nvcr.io/nvidia/vllm:26.10-py3", digests) == "sha256:aaa"
     assert repo_digest("localhost:5000/x:1", digests) == ""
     assert repo_digest("nvcr.io/nvidia/vllm:26.10-py3", []) == ""
+
+
+def test_the_oom_retry_variant_lowers_memory_and_takes_a_smaller_draft(unit_facts):
+    from specfleet import serving as serving_module
+    orin = plan_for(unit_facts("agx-orin-64gb-r36"), "meta-llama/Llama-3.1-8B-Instruct")
+    retry = orin["oom_retry"]
+    assert retry["change"] == "--gpu-memory-utilization 0.70 (was 0.80)"
+    argv = serving_module.argv(retry["serving"])
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.70"
+    assert serving_module.speculation(retry["serving"]) == serving_module.speculation(orin["serving"])
+    off = plan_for(unit_facts("agx-orin-64gb-r36"), "meta-llama/Llama-3.1-8B-Instruct",
+                   specfleet_oom_retry_memory_drop=0)
+    assert off["oom_retry"] is None
+
+
+def test_no_oom_retry_where_the_lighter_variant_cannot_hold_the_model(unit_facts):
+    nx = plan_for(unit_facts("orin-nx-16gb-r36"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                  specfleet_oom_retry_memory_drop=0.6)
+    assert nx["oom_retry"] is None
+    assert any(note.startswith("no retry on out of memory at start: --gpu-memory-utilization") for note in nx["notes"])
+
+
+def test_the_oom_retry_takes_the_smallest_smaller_draft_model(unit_facts):
+    import dataclasses
+
+    from specfleet import policy as policy_module
+    from specfleet import serving as serving_module
+    from specfleet.catalog import Catalog, load_catalog
+    from specfleet.plan import plan_unit
+
+    shipped = load_catalog()
+    small = shipped.model("Qwen/Qwen3-0.6B")
+    middle = dataclasses.replace(small, name="qwen3-1.7b", repo="Qwen/Qwen3-1.7B", weights_gib=3.4)
+    target = dataclasses.replace(shipped.model("Qwen/Qwen3-8B"), draft_models=("Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B"))
+    models = tuple(target if m.repo == target.repo else m for m in shipped.models) + (middle,)
+    catalog = Catalog(models=models, heads=shipped.heads, images=shipped.images)
+    policy = policy_module.resolve({"specfleet_model": target.repo, "specfleet_spec_methods": ["draft_model"]}, shipped)
+    plan = plan_unit("unit-1", unit_facts("agx-orin-64gb-r36"), target, policy, catalog)
+    assert plan["speculative"]["model"] == "Qwen/Qwen3-1.7B"
+    retry = plan["oom_retry"]
+    assert retry["serving"]["speculative_config"]["model"] == "Qwen/Qwen3-0.6B"
+    assert retry["change"] == ("--gpu-memory-utilization 0.70 (was 0.80) and the smaller draft Qwen/Qwen3-0.6B "
+                               "(was Qwen/Qwen3-1.7B)")
+    assert serving_module.speculation(retry["serving"])["method"] == "draft_model"

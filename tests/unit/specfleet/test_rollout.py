@@ -152,3 +152,80 @@ def test_rollback_serves_the_known_good_or_says_there_is_none():
     placed = serving.for_unit(make("baseline"), ENV, MOUNTS, [])
     state = rollout.rollback(json.dumps(release.known_good(release.empty(), placed)))
     assert state["serve"] == placed and state["record"]["current"] == placed
+
+
+# ---- out of memory at start: the plan's lighter variant, once --------------------------------
+LIGHTER = make("speculative", {**EAGLE3})
+LIGHTER["flags"] = [["--seed", "0"], ["--gpu-memory-utilization", "0.70"]]
+RETRY_PLAN = {**PLAN, "oom_retry": {"serving": LIGHTER, "change": "--gpu-memory-utilization 0.70 (was 0.80)"}}
+OOM = {"failure_class": "oom_at_start", "msg": "vLLM did not start",
+       "decisive_lines": ["ValueError: Free memory on device cuda:0 (40.1/62.8 GiB) on startup is less than desired"]}
+
+
+def test_out_of_memory_at_start_starts_the_lighter_variant_once_and_keeps_it():
+    state = rollout.candidate_did_not_start(measured_baseline(started(plan=RETRY_PLAN), RETRY_PLAN), RETRY_PLAN,
+                                            "Start the spec and wait until it serves", OOM)
+    retry = state["retry"]["serving"]
+    assert state["serve"] == retry and retry["flags"] == LIGHTER["flags"]
+    assert (retry["env"], retry["mounts"]) == (ENV, MOUNTS) and retry["spec_id"] != state["candidate"]["spec_id"]
+    assert state["retry"]["reason"] == (
+        "the speculative serving ran out of memory at start (ValueError: Free memory on device cuda:0 "
+        "(40.1/62.8 GiB) on startup is less than desired); started once more with "
+        "--gpu-memory-utilization 0.70 (was 0.80)")
+    kept = rollout.candidate_measured(state, RETRY_PLAN, FAST_BENCH, POLICY)
+    assert kept["outcome"]["decision"] == "kept" and state["retry"]["reason"] in kept["outcome"]["reasons"]
+    final = rollout.finish(kept, "r1")
+    assert final["record"]["known_good"] == final["record"]["current"] == retry
+    # Remembered under the planned candidate: the next run serves the variant without measuring.
+    decision = final["record"]["decisions"][state["candidate"]["spec_id"]]
+    assert decision["retried_spec_id"] == retry["spec_id"]
+    again = started(final["record"], plan=RETRY_PLAN)
+    assert again["done"] and again["serve"] == retry
+    # A plan whose variant changed since (another drop) measures again.
+    changed = {**RETRY_PLAN, "oom_retry": {**RETRY_PLAN["oom_retry"], "serving": make("speculative", {**EAGLE3})}}
+    changed["oom_retry"]["serving"]["flags"] = [["--seed", "0"], ["--gpu-memory-utilization", "0.60"]]
+    assert not started(final["record"], plan=changed)["done"]
+
+
+def test_a_second_failure_or_another_cause_or_no_variant_fails_as_the_start_failed():
+    baseline_measured = measured_baseline(started(plan=RETRY_PLAN), RETRY_PLAN)
+    task = "Start the spec and wait until it serves"
+    once = rollout.candidate_did_not_start(baseline_measured, RETRY_PLAN, task, OOM)
+    twice = rollout.candidate_did_not_start(once, RETRY_PLAN, task, OOM)
+    rejected = rollout.candidate_did_not_start(baseline_measured, RETRY_PLAN, task,
+                                               {"failure_class": "spec_config_rejected", "msg": "bad"})
+    no_variant = rollout.candidate_did_not_start(measured_baseline(started()), PLAN, task, OOM)
+    for state in (twice, rejected, no_variant):
+        assert state["serve"] is None and state["failure"]["task"] == task
+    assert (twice["failure"]["failure_class"], rejected["failure"]["failure_class"]) == ("oom_at_start",
+                                                                                        "spec_config_rejected")
+    # The playbook fails with that failure; the rescue's `failed` keeps the first task's name and
+    # the retry's reason reaches the unit's record.
+    handed_on = {"failed_task": task, "failure_class": "oom_at_start", "msg": "vLLM did not start",
+                 "decisive_lines": OOM["decisive_lines"]}
+    final = rollout.finish(rollout.rolled_back(rollout.failed(twice, "Take the failed start", handed_on)), "r1")
+    assert final["outcome"]["reasons"][0] == f"{task}: oom_at_start: vLLM did not start"
+    assert once["retry"]["reason"] in final["outcome"]["reasons"]
+    assert final["record"]["current"] == final["record"]["known_good"] == once["baseline"]
+
+
+def test_a_kept_unit_whose_drafts_are_mostly_accepted_is_told_to_measure_a_longer_draft():
+    from tests.unit.specfleet.test_status import bench
+    accepted = bench(584.6, 1.57, 2970.3, {"rate": 0.72, "mean_length": 4.6, "per_position": [0.9], "drafts": 700})
+    state = rollout.candidate_measured(measured_baseline(started()), PLAN, accepted, POLICY)
+    assert state["outcome"]["decision"] == "kept"
+    assert ("draft length: 72% of drafted tokens accepted at c=1 (> 60%) with num_speculative_tokens 5: "
+            "a longer draft may pay; measure 6 (specfleet_spec_tokens)") in state["outcome"]["reasons"]
+    # FAST_BENCH accepts 33%: at the class's start (5 on Thor) there is nothing to say.
+    kept = rollout.candidate_measured(measured_baseline(started()), PLAN, FAST_BENCH, POLICY)
+    assert not any(reason.startswith("draft length") for reason in kept["outcome"]["reasons"])
+
+
+def test_draft_length_rule():
+    from specfleet.gate import draft_length_advice
+    assert draft_length_advice(0.61, 3, 3, 16).endswith("measure 4 (specfleet_spec_tokens)")
+    assert draft_length_advice(0.61, 16, 3, 16) is None          # already the longest
+    assert draft_length_advice(0.60, 3, 3, 16) is None           # the rule asks for more than 0.6
+    assert draft_length_advice(0.45, 6, 3, 16).endswith("the longer draft does not pay; go back to 3")
+    assert draft_length_advice(None, 3, 3, 16) is None           # no spec-decode counters
+    assert draft_length_advice(0.9, None, 3, 16) is None         # nothing drafted (baseline only)
