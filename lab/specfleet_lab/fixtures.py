@@ -51,6 +51,8 @@ def gpu_json(unit: Unit) -> dict[str, Any]:
         # Jetson memory is unified: the GPU can use all of MemTotal.
         "memory_total_mib": int(kind["mem_total_kb"]) // 1024,
         "memory_bandwidth_gbps": kind["memory_bandwidth_gbps"],
+        # A string ("8.7"), as nvidia-smi prints it; the emulator refuses a number.
+        "compute_capability": kind["compute_capability"],
         "emulated": True,
     }
 

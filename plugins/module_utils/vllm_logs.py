@@ -32,6 +32,15 @@ FAILURE_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
         r"Invalid repository ID or local directory specified",
         r"is not a local folder and is not a valid model identifier",
     )),
+    # The GPU cannot run what was asked (vllm/config/vllm.py _get_quantization_config,
+    # vllm/platforms/cuda.py check_if_supports_dtype, compressed-tensors' scheme check): no
+    # memory setting or retry helps, only another checkpoint or dtype. Ahead of the generic
+    # classes, whose broad patterns (any line naming NVML) may match elsewhere in the same log.
+    ("gpu_unsupported", (
+        r"is not supported for the current GPU\. Minimum capability",
+        r"Bfloat16 is only supported on GPUs with compute capability of at least",
+        r"Quantization scheme is not supported for",
+    )),
     ("spec_config_rejected", (
         r"validation errors? for SpeculativeConfig",
         r"is not a valid argument in the speculative_config",

@@ -154,7 +154,15 @@ config_hash: {description: Hash of the requested configuration (container label)
 container_id: {description: Container id., returned: when a container exists, type: str}
 ready: {description: The server answered /health and /v1/models., returned: always, type: bool}
 failure_class:
-  description: Why the server did not come up, or null.
+  description:
+    - Why the server did not come up, or null.
+    - "From its log (module_utils/vllm_logs.py, first match wins): C(tiktoken_missing),
+      C(gated_repo), C(model_missing_offline), C(gpu_unsupported) (the GPU's compute capability
+      is below what the checkpoint's quantization needs, or bfloat16 below 8.0: vLLM's
+      C(Minimum capability: N. Current capability: M.)), C(spec_config_rejected), C(oom_at_start),
+      C(nvml_runtime_error), C(bad_arguments); with no match C(crashed) (the container exited) or
+      C(never_ready) (the wait ran out)."
+    - "From Docker: C(docker_unavailable), C(image_missing), C(start_failed)."
   returned: always
   type: str
   sample: spec_config_rejected

@@ -63,7 +63,7 @@ OUT = REPO / "runs" / "bench" / "gate_accuracy.json"
 GPUS = {
     "thor": THOR_GPU,
     "agx_orin": {"device_class": "agx_orin", "gpu_name": "Orin", "memory_total_mib": 62841,
-                 "memory_bandwidth_gbps": 204.8},
+                 "memory_bandwidth_gbps": 204.8, "compute_capability": "8.7"},
 }
 POLICY = policy.merge({})
 

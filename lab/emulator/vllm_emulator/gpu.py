@@ -8,6 +8,7 @@ fails in a container that has no GPU driver (no NVML, no platform detected).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,20 @@ class GpuSpec:
     memory_total_mib: int
     memory_used_by_others_mib: int
     memory_bandwidth_gbps: float
+    # CUDA compute capability (major, minor), as nvidia-smi's compute_cap "8.7" gives it.
+    compute_capability: tuple[int, int]
+
+    @property
+    def capability(self) -> int:
+        """As vLLM compares it (DeviceCapability.to_int): major * 10 + minor, 8.7 -> 87."""
+        major, minor = self.compute_capability
+        return major * 10 + minor
+
+    @property
+    def capability_version(self) -> str:
+        """As vLLM prints it (DeviceCapability.as_version_str): "8.7"."""
+        major, minor = self.compute_capability
+        return f"{major}.{minor}"
 
     @property
     def total_gib(self) -> float:
@@ -52,6 +67,22 @@ def no_device_failure() -> StartupFailure:
     )
 
 
+_CAPABILITY = re.compile(r"^(\d+)\.(\d)$")
+
+
+def parse_compute_capability(value: object) -> tuple[int, int]:
+    """The string "8.7" -> (8, 7).
+
+    A string, as nvidia-smi's compute_cap reports it, not a JSON number: a float cannot keep
+    what the unit says (a "11.0" written as 11 would read back without its minor). The minor is
+    one digit, as vLLM asserts (0 <= minor < 10).
+    """
+    match = _CAPABILITY.match(value) if isinstance(value, str) else None
+    if not match:
+        raise ValueError(f"compute_capability must be a string like \"8.7\" (major.minor), got {value!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
 def parse_gpu_spec(data: object) -> GpuSpec:
     """Validate the GPU description; raises ValueError naming the bad field."""
     if not isinstance(data, dict):
@@ -59,7 +90,7 @@ def parse_gpu_spec(data: object) -> GpuSpec:
     device_class = data.get("device_class")
     if device_class not in DEVICE_CLASSES:
         raise ValueError(f"device_class must be one of {', '.join(DEVICE_CLASSES)}, got {device_class!r}")
-    for key in ("gpu_name", "memory_total_mib", "memory_bandwidth_gbps"):
+    for key in ("gpu_name", "memory_total_mib", "memory_bandwidth_gbps", "compute_capability"):
         if key not in data:
             raise ValueError(f"missing field {key!r}")
     total = int(data["memory_total_mib"])
@@ -75,6 +106,7 @@ def parse_gpu_spec(data: object) -> GpuSpec:
         memory_total_mib=total,
         memory_used_by_others_mib=used,
         memory_bandwidth_gbps=bandwidth,
+        compute_capability=parse_compute_capability(data["compute_capability"]),
     )
 
 

@@ -1,9 +1,10 @@
 """`vllm serve` startup: checks in vLLM's order, vLLM's log lines, modelled durations.
 
 Sequence (each phase sleeps its modelled duration x SPECFLEET_EMULATOR_TIME_SCALE):
-bind the port (not listening) -> GPU -> target model -> engine/speculative config ->
-engine core: free-memory check, weight loading, torch.compile (cache hit or cold
-compile that writes the cache), KV-cache sizing, CUDA-graph capture -> API server
+bind the port (not listening) -> GPU -> target model -> speculative config -> engine config
+(a quantization below the GPU's minimum capability; async scheduling) -> engine core:
+dtype (bfloat16 below 8.0), free-memory check, weight loading, torch.compile (cache hit or
+cold compile that writes the cache), KV-cache sizing, CUDA-graph capture -> API server
 (gpt-oss tokenizer files) -> listen -> "Application startup complete.".
 """
 
@@ -25,7 +26,7 @@ from . import EMULATOR_VERSION, emulated_vllm_version, labelled_version
 from .cli import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, non_default_args
 from .compile_cache import cache_root, compile_hash, is_cached, rank_dir, write_cache
 from .engine import Engine, NoiseModel
-from .errors import FRONTEND_FRAMES, VLLM_SITE, StartupFailure, pydantic_value_error
+from .errors import ENGINE_FRAMES, FRONTEND_FRAMES, VLLM_SITE, StartupFailure, pydantic_value_error
 from .faults import Faults, for_server, load_faults
 from .gpu import NO_DEVICE_MESSAGE, GpuSpec, load_gpu_spec
 from .hub import ModelInfo, harmony_failure, load_model, tiktoken_files_present
@@ -34,6 +35,13 @@ from .memory import MemoryPlan, effective_precision, effective_weights_gib, plan
 from .metrics import VllmMetrics
 from .perfmodel import DEVICE_PROFILES, build_engine_perf, startup_phases
 from .power import load_power_monitor
+from .quantization import (
+    auto_dtype_fallback_warning,
+    bf16_refusal,
+    capability_refusal,
+    effective_quantization,
+    resolve_dtype,
+)
 from .server import EmulatorHTTPServer, ServerState, emulator_label, make_server, route_lines
 from .specconfig import ResolvedSpeculation, SpecConfigError, validate_speculative_config
 
@@ -87,6 +95,7 @@ class Startup:
     target: ModelInfo | None = None
     speculative: ResolvedSpeculation | None = None
     max_model_len: int = 0
+    dtype: str = "bfloat16"  # torch dtype name the model runs in, as ModelConfig resolves it
     memory: MemoryPlan | None = None
     compile_hash: str | None = None
     compile_cache_hit: bool | None = None
@@ -140,6 +149,13 @@ def _resolve_target(st: Startup) -> None:
         )
     arch = target.architectures[0] if target.architectures else "LlamaForCausalLM"
     log.info("model.py:547", f"Resolved architecture: {arch}")
+    assert st.gpu is not None
+    st.dtype, fell_back = resolve_dtype(args.dtype, target.torch_dtype, st.gpu.capability)
+    if fell_back:
+        log.warning(
+            "model.py:1880",
+            auto_dtype_fallback_warning(st.gpu.gpu_name, st.gpu.capability_version, target.torch_dtype, st.dtype),
+        )
     log.info("model.py:1510", f"Using max model len {st.max_model_len}")
 
 
@@ -162,6 +178,22 @@ def _resolve_speculation(st: Startup) -> None:
         raw_method = args.speculative_config.get("method") if isinstance(args.speculative_config, dict) else None
         if raw_method and raw_method.endswith("_mtp"):
             log.warning("speculative.py:389", f"method `{raw_method}` is deprecated and replaced with mtp.")
+
+
+def _quantization(st: Startup) -> str | None:
+    """model_config.quantization as vLLM resolves it (modelopt + NVFP4 -> modelopt_fp4)."""
+    assert st.target is not None
+    return effective_quantization(st.target.config.get("quantization_config"), st.args.quantization)
+
+
+def _build_vllm_config(st: Startup) -> None:
+    """VllmConfig.__post_init__, after create_engine_config built the SpeculativeConfig: the
+    quantization config first (may the GPU run it?), then async scheduling."""
+    args, log = st.args, st.log
+    assert st.gpu is not None
+    refusal = capability_refusal(_quantization(st), st.gpu.capability)
+    if refusal is not None:
+        raise _frontend_value_error("VllmConfig", refusal)
     spec = st.speculative
     capable = spec is None or spec.async_scheduling
     if args.async_scheduling is True and not capable:
@@ -178,17 +210,6 @@ def _resolve_speculation(st: Startup) -> None:
         )
     elif st.async_scheduling:
         log.info("vllm.py:531", "Asynchronous scheduling is enabled.")
-
-
-def _dtype_repr(st: Startup) -> str:
-    assert st.target is not None
-    if st.args.dtype in ("half", "float16"):
-        return "torch.float16"
-    if st.args.dtype in ("float", "float32"):
-        return "torch.float32"
-    if st.args.dtype == "bfloat16":
-        return "torch.bfloat16"
-    return "torch." + st.target.torch_dtype
 
 
 def _compile_factors(st: Startup) -> dict[str, Any]:
@@ -223,10 +244,10 @@ def _engine_config_line(st: Startup) -> str:
         f"model={args.model!r}, speculative_config={spec}, tokenizer={args.model!r}, "
         "skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
         f"tokenizer_revision=None, trust_remote_code={args.trust_remote_code}, "
-        f"dtype={_dtype_repr(st)}, max_seq_len={st.max_model_len}, download_dir=None, "
+        f"dtype=torch.{st.dtype}, max_seq_len={st.max_model_len}, download_dir=None, "
         "load_format=auto, tensor_parallel_size=1, pipeline_parallel_size=1, "
         "data_parallel_size=1, disable_custom_all_reduce=False, "
-        f"quantization={args.quantization or st.target.quant_method}, "
+        f"quantization={_quantization(st)}, "
         f"enforce_eager={args.enforce_eager}, kv_cache_dtype={args.kv_cache_dtype}, "
         "device_config=cuda, structured_outputs_config=StructuredOutputsConfig("
         "backend='auto'), observability_config=ObservabilityConfig(), "
@@ -252,6 +273,10 @@ def _engine_core(st: Startup) -> Engine:
             "__init__.py:202", "min_p and logit_bias parameters won't work with speculative decoding.", ENGINE_CORE
         )
     st.pause(st.faults.startup_delay_s)
+    # The worker's init_device checks the dtype before it joins the process group.
+    refusal = bf16_refusal(st.dtype, gpu.capability, gpu.gpu_name, gpu.capability_version)
+    if refusal is not None:
+        raise _dtype_failure(refusal)
     log.info(
         "parallel_state.py:1208",
         "rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0",
@@ -404,6 +429,31 @@ def _engine_failure(message: str | None, module: str, func: str) -> StartupFailu
     )
 
 
+def _dtype_failure(message: str) -> StartupFailure:
+    """CudaPlatform.check_if_supports_dtype's ValueError, raised in the engine core's worker."""
+    return StartupFailure(
+        exception_text=f"ValueError: {message}",
+        in_engine_core=True,
+        error_lines=["EngineCore failed to start."],
+        frames=ENGINE_FRAMES
+        + [
+            (
+                f"{VLLM_SITE}/vllm/v1/executor/uniproc_executor.py",
+                48,
+                "_init_executor",
+                "self.driver_worker.init_device()",
+            ),
+            (
+                f"{VLLM_SITE}/vllm/v1/worker/gpu_worker.py",
+                205,
+                "init_device",
+                "current_platform.check_if_supports_dtype(self.model_config.dtype)",
+            ),
+            (f"{VLLM_SITE}/vllm/platforms/cuda.py", 491, "check_if_supports_dtype", "raise ValueError("),
+        ],
+    )
+
+
 def _emulator_info(st: Startup, engine: Engine) -> dict[str, Any]:
     assert st.gpu is not None and st.target is not None and st.memory is not None
     return {
@@ -474,6 +524,7 @@ def start(
             raise gpu_failure
         _resolve_target(st)
         _resolve_speculation(st)
+        _build_vllm_config(st)
         engine = _engine_core(st)
         assert st.target is not None
         if st.target.needs_tiktoken and not tiktoken_files_present(env):

@@ -40,7 +40,8 @@ EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 DRAFT_1B = "meta-llama/Llama-3.2-1B-Instruct"
 GPT_OSS = "openai/gpt-oss-20b"
 GATED = "meta-llama/Llama-3.3-70B-Instruct"
-THOR_GPU = {"device_class": "thor", "gpu_name": "NVIDIA Thor", "memory_total_mib": 125772, "memory_bandwidth_gbps": 273}
+THOR_GPU = {"device_class": "thor", "gpu_name": "NVIDIA Thor", "memory_total_mib": 125772, "memory_bandwidth_gbps": 273,
+            "compute_capability": "11.0"}
 EAGLE3_K5 = json.dumps({"method": "eagle3", "model": EAGLE3, "num_speculative_tokens": 5})
 
 
@@ -52,12 +53,13 @@ def stand_in_configs() -> dict[str, dict[str, Any]]:
         },
         TARGET_FP8: {
             **LLAMA_CONFIG,
-            "quantization_config": {"quant_method": "modelopt"},
+            # As lab/specfleet_lab/models.py writes the ModelOpt stand-ins.
+            "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"},
             "specfleet_emulated": {"weights_gib": 8.49, "precision": "fp8", "family": "llama3.1-8b"},
         },
         TARGET_FP4: {
             **LLAMA_CONFIG,
-            "quantization_config": {"quant_method": "modelopt"},
+            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
             "specfleet_emulated": {"weights_gib": 6.07, "precision": "fp4", "family": "llama3.1-8b"},
         },
         EAGLE3: {

@@ -62,6 +62,7 @@ def test_weights_that_cannot_load_are_a_cuda_oom() -> None:
         "gpu_name": "Orin (nvgpu)",
         "memory_total_mib": 7620,
         "memory_bandwidth_gbps": 102,
+        "compute_capability": "8.7",
     }
     result = plan(nano, util=0.8)
     assert result.failure_kind == "weights_oom"
@@ -74,6 +75,7 @@ def test_no_room_for_kv_cache() -> None:
         "gpu_name": "Orin (nvgpu)",
         "memory_total_mib": 15656,
         "memory_bandwidth_gbps": 102.4,
+        "compute_capability": "8.7",
     }
     result = plan(orin_16, name=TARGET_FP8, util=0.6)  # 8.49 GiB weights, 9.17 GiB budget
     assert result.failure_kind == "no_kv"
@@ -90,6 +92,7 @@ def test_kv_cache_smaller_than_max_model_len() -> None:
         "gpu_name": "Orin (nvgpu)",
         "memory_total_mib": 15656,
         "memory_bandwidth_gbps": 102.4,
+        "compute_capability": "8.7",
     }
     result = plan(orin_16, name=TARGET_FP4, util=0.85, max_model_len=131072)
     assert result.failure_kind == "kv_too_small"
@@ -141,12 +144,13 @@ def test_startup_fails_when_weights_leave_no_kv(launch: Any, lab_env: dict[str, 
                 "gpu_name": "Orin (nvgpu)",
                 "memory_total_mib": 15656,
                 "memory_bandwidth_gbps": 102.4,
+                "compute_capability": "8.7",
             }
         )
     )
     process = launch(
-        TARGET_FP8,
-        ["--max-model-len", "4096", "--gpu-memory-utilization", "0.6"],
+        TARGET_FP4,  # not the FP8 checkpoint: an Orin (8.7) refuses ModelOpt FP8 before any memory check
+        ["--max-model-len", "4096", "--gpu-memory-utilization", "0.45"],
         env={**lab_env, "SPECFLEET_EMULATOR_GPU_FILE": str(gpu)},
         ready=False,
     )

@@ -45,6 +45,7 @@ SPARK_GPU = {
     "gpu_name": "NVIDIA GB10",
     "memory_total_mib": 122502,
     "memory_bandwidth_gbps": 273,
+    "compute_capability": "12.1",
 }
 POLICY = {
     "specfleet_port": 8000,

@@ -3,7 +3,16 @@ TensorRT-LLM's options errors, which pydantic spreads over several lines."""
 
 from __future__ import annotations
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import classify, trtllm_options_errors
+import pytest
+import yaml
+from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import (
+    FAILURE_PATTERNS,
+    classify,
+    trtllm_options_errors,
+)
+
+from tests.conftest import REPO
+from tests.unit.plugins.test_plugin_docs import doc_blocks
 
 # Captured from the real vLLM 0.32 (CPU) in a lab unit whose /dev/shm was Docker's 64 MB.
 SHM_LOG = """\
@@ -76,3 +85,31 @@ def test_other_options_errors_are_bad_arguments():
     failure, decisive = classify(without_speculation)
     assert failure == "bad_arguments"
     assert decisive == ["pydantic_core._pydantic_core.ValidationError: 2 validation errors for TorchLlmArgs"]
+
+
+# vLLM's capability refusals as users reported them (vllm-project/vllm issue #22422: mxfp4 on an
+# RTX 3090; compressed-tensors' check passes three arguments to RuntimeError, so Python prints
+# the tuple). Each after a line naming NVML, which alone would be nvml_runtime_error.
+NVML_WARNING = ("(APIServer pid=1) WARNING 11-22 04:00:43 [__init__.py:62] Exception happens when checking CUDA "
+                "platform: NVML Shared Library Not Found\n")
+QUANT_REFUSAL = ("  Value error, The quantization method mxfp4 is not supported for the current GPU. Minimum "
+                 "capability: 100. Current capability: 86. [type=value_error, input_value=ArgsKwargs((), "
+                 "{'model_co...additional_config': {}}), input_type=ArgsKwargs]")
+SCHEME_REFUSAL = ("(EngineCore_DP0 pid=60) RuntimeError: ('Quantization scheme is not supported for ', 'the "
+                  "current GPU. Min capability: 80. ', 'Current capability: 75.')")
+BF16_REFUSAL = ("(EngineCore_DP0 pid=60) ValueError: Bfloat16 is only supported on GPUs with compute capability "
+                "of at least 8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 instead by "
+                "explicitly setting the `dtype` flag in CLI, for example: --dtype=half.")
+
+
+@pytest.mark.parametrize("refusal", [QUANT_REFUSAL, SCHEME_REFUSAL, BF16_REFUSAL])
+def test_what_the_gpu_cannot_run_is_gpu_unsupported(refusal):
+    log = NVML_WARNING + "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig\n" + refusal
+    log += "\nRuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    assert classify(log) == ("gpu_unsupported", [refusal.strip()])
+
+
+def test_every_failure_class_is_documented_where_the_launch_module_returns_it():
+    path = REPO / "plugins" / "modules" / "vllm_container.py"
+    described = " ".join(yaml.safe_load(doc_blocks(path)["RETURN"])["failure_class"]["description"])
+    assert [name for name, _ in FAILURE_PATTERNS if f"C({name})" not in described] == []
