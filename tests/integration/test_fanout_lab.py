@@ -26,7 +26,7 @@ from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
-from tests.conftest import trust_lab_host_keys
+from tests.conftest import trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 
@@ -40,12 +40,12 @@ NAME = "models--test--fanout"
 @pytest.fixture(scope="module")
 def lab_units() -> Iterator[list[Node]]:
     if os.geteuid() != 0:
-        pytest.skip("the lab needs root (network namespaces, its own dockerd, iptables)")
+        unavailable("the lab needs root (network namespaces, its own dockerd, iptables)")
     if shutil.which("ip") is None or shutil.which("rsync") is None:
-        pytest.skip("iproute2 or rsync is missing")
+        unavailable("iproute2 or rsync is missing")
     cfg = LabConfig()
     if lab.status(cfg)["lab"] != "down":
-        pytest.skip("a lab is already up; run `specfleet lab down` before the lab tests")
+        unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
     try:
         lab.up(cfg, "workshop", UNITS, MBIT, stock=True)
         trust_lab_host_keys()

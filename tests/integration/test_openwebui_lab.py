@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, lab_hosts
+from tests.conftest import REPO, lab_hosts, unavailable
 from tests.integration.test_rollout_lab import playbook, recap
 
 # Issue 8's check of Open WebUI against a lab unit: slow (a 250 MB install), run by CI too.
@@ -59,7 +59,7 @@ def serving(fleet_lab):
     address = lab_hosts()[UNIT]["ansible_host"]
     status, ids = served_models(address)
     if status == 401:
-        pytest.skip(f"{UNIT}'s vLLM wants an API key someone else set (e.g. test_secrets_lab); left as it is")
+        unavailable(f"{UNIT}'s vLLM wants an API key someone else set (e.g. test_secrets_lab); left as it is")
     if status != 200 or not ids:
         for name in ("prepare.yml", "rollout.yml"):
             result, seconds = timed_playbook(name, "-l", UNIT)
@@ -126,7 +126,7 @@ def chromium() -> str:
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         found = shutil.which("chromium")
     if not found:
-        pytest.skip("Debian's chromium is not installed and could not be (apt-get install chromium)")
+        unavailable("Debian's chromium is not installed and could not be (apt-get install chromium)")
     return found
 
 

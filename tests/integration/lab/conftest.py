@@ -19,7 +19,7 @@ from labtools import REPO, snapshot
 from specfleet_lab import lab
 from specfleet_lab.config import LabConfig
 
-from tests.conftest import trust_lab_host_keys
+from tests.conftest import trust_lab_host_keys, unavailable
 
 LAB_UNITS = int(os.environ.get("SPECFLEET_LAB_TEST_UNITS", "3"))
 ANSIBLE_VENV = Path("/tmp/specfleet-lab-ansible")
@@ -34,11 +34,11 @@ def cfg() -> LabConfig:
 @pytest.fixture(scope="module")
 def running_lab(cfg: LabConfig) -> Iterator[dict]:
     if os.geteuid() != 0:
-        pytest.skip("the lab needs root (network namespaces, its own dockerd, iptables)")
+        unavailable("the lab needs root (network namespaces, its own dockerd, iptables)")
     if shutil.which("ip") is None:
-        pytest.skip("iproute2 is missing")
+        unavailable("iproute2 is missing")
     if lab.status(cfg)["lab"] != "down":
-        pytest.skip("a lab is already up; run `specfleet lab down` before the lab tests")
+        unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
     before = snapshot()
     result = lab.up(cfg, "mixed", LAB_UNITS)
     # The inventory checks host keys; the lab leaves collecting them to the toolkit.

