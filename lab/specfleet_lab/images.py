@@ -48,6 +48,14 @@ STOCK_PKGS_IMAGE = "specfleet-lab/unit-stock-pkgs:trixie"
 # emulated nvidia-container-toolkit (aptmirror.py) and preinstalled in the root-login unit.
 TOOLKIT_DIR = "nvidia-container-toolkit"
 SHIM_REL = "usr/bin/nvidia-container-runtime"
+# The lab's EMULATED page-cache bookkeeping: ONE source file in the shared unit rootfs,
+# staged a second time as /usr/local/sbin/sysctl in both unit images. There it comes before
+# /usr/sbin/sysctl on root's PATH and in sudo's secure_path, and, run under that name, it
+# records every `sysctl -w vm.drop_caches=1|3` the toolkit runs (a write to the bind-mounted
+# /proc/sys/vm/drop_caches itself cannot be observed). A copy, not a symlink: the context is
+# staged file by file.
+PAGE_CACHE_REL = "usr/lib/specfleet-lab/specfleet-lab-page-cache"
+SYSCTL_WRAPPER_REL = "usr/local/sbin/sysctl"
 # Debian suite -> (recipe directory under lab/images, image name).
 BASES: dict[str, tuple[str, str]] = {
     "bookworm": ("base", BASE_IMAGE),
@@ -297,7 +305,10 @@ ROOT_UNIT = UnitFlavour(
     image=UNIT_IMAGE,
     # The root-login unit keeps its runtime shim preinstalled (the stock unit gets it from
     # the lab mirror's emulated nvidia-container-toolkit package).
-    extra_files={SHIM_REL: f"{TOOLKIT_DIR}/files/{SHIM_REL}"},
+    extra_files={
+        SHIM_REL: f"{TOOLKIT_DIR}/files/{SHIM_REL}",
+        SYSCTL_WRAPPER_REL: f"unit/rootfs/{PAGE_CACHE_REL}",
+    },
 )
 STOCK_UNIT = UnitFlavour(
     recipe_dir="unit-stock",
@@ -307,6 +318,7 @@ STOCK_UNIT = UnitFlavour(
     # docker.io conffile: present beforehand, dpkg would ask about it on install; the stock
     # unit's ulimit workaround is an LSB init hook instead) nor its README.
     shared_rootfs_excludes=("etc/default/docker", "etc/specfleet-lab/README"),
+    extra_files={SYSCTL_WRAPPER_REL: f"unit/rootfs/{PAGE_CACHE_REL}"},
 )
 UNIT_FLAVOURS = {"root": ROOT_UNIT, "stock": STOCK_UNIT}
 

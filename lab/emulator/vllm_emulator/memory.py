@@ -1,7 +1,9 @@
 """vLLM's memory budget on a unified-memory (UMA) Jetson, as pure functions.
 
 vLLM requests `gpu_memory_utilization x total` for itself and, on Orin/Thor/Spark,
-measures "free" as Linux MemAvailable (total minus what other processes hold minus the OS).
+measures "free" as Linux MemAvailable (total minus what other processes hold minus the OS)
+minus the page cache, which on unified memory counts as used (the lab's EMULATED page
+cache, pagecache.py; 0 without its state).
 Target weights, draft weights, the activation peak, CUDA-graph memory and the KV cache
 (target and draft) all come out of that single budget. The checks run in vLLM's order:
 startup free-memory check, weight loading (physical OOM), KV sizing.
@@ -38,6 +40,7 @@ class MemoryPlan:
     max_concurrency: float
     failure: str | None = None  # the exception line when startup must fail
     failure_kind: str | None = None  # free_memory | weights_oom | no_kv | kv_too_small
+    page_cache_gib: float = 0.0  # the emulated page cache counted as used (capped)
 
 
 def os_baseline_gib(total_gib: float) -> float:
@@ -45,8 +48,18 @@ def os_baseline_gib(total_gib: float) -> float:
     return min(3.0, max(0.5, 0.06 * total_gib))
 
 
-def free_memory_gib(gpu: GpuSpec) -> float:
-    return max(0.0, gpu.total_gib - gpu.used_by_others_gib - os_baseline_gib(gpu.total_gib))
+def counted_page_cache_gib(gpu: GpuSpec, page_cache_gib: float) -> float:
+    """The part of a page cache that counts as used: at most what other processes and the OS
+    leave (a real cache cannot grow past the memory there is), so free never goes below 0."""
+    room = max(0.0, gpu.total_gib - gpu.used_by_others_gib - os_baseline_gib(gpu.total_gib))
+    return min(max(0.0, page_cache_gib), room)
+
+
+def free_memory_gib(gpu: GpuSpec, page_cache_gib: float = 0.0) -> float:
+    """What vLLM's start-up check sees as free; a page cache (emulated) counts as used."""
+    # Subtracted last: without a page cache the figure is bit for bit what it always was.
+    free = gpu.total_gib - gpu.used_by_others_gib - os_baseline_gib(gpu.total_gib)
+    return max(0.0, free - counted_page_cache_gib(gpu, page_cache_gib))
 
 
 def kv_bytes_per_token(model: ModelInfo, kv_cache_dtype: str) -> int:
@@ -99,9 +112,10 @@ def plan_memory(
     kv_cache_dtype: str,
     enforce_eager: bool,
     quantization: str | None = None,
+    page_cache_gib: float = 0.0,
 ) -> MemoryPlan:
     total = gpu.total_gib
-    free = free_memory_gib(gpu)
+    free = free_memory_gib(gpu, page_cache_gib)
     requested = gpu_memory_utilization * total
     weights = weights_in_budget_gib(target, speculative, quantization)
     activation = activation_peak_gib(target, max_num_batched_tokens, max_num_seqs, speculative)
@@ -123,6 +137,7 @@ def plan_memory(
         kv_tokens=kv_tokens,
         max_model_len=max_model_len,
         max_concurrency=kv_tokens / max_model_len if max_model_len else 0.0,
+        page_cache_gib=counted_page_cache_gib(gpu, page_cache_gib),
     )
 
     if free < requested:

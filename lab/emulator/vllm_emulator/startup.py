@@ -3,9 +3,10 @@
 Sequence (each phase sleeps its modelled duration x SPECFLEET_EMULATOR_TIME_SCALE):
 bind the port (not listening) -> GPU -> target model -> speculative config -> engine config
 (a quantization below the GPU's minimum capability; async scheduling) -> engine core:
-dtype (bfloat16 below 8.0), free-memory check, weight loading, torch.compile (cache hit or
-cold compile that writes the cache), KV-cache sizing, CUDA-graph capture -> API server
-(gpt-oss tokenizer files) -> listen -> "Application startup complete.".
+dtype (bfloat16 below 8.0), free-memory check (the unit's EMULATED page cache counts as used),
+weight loading (recorded in that page cache), torch.compile (cache hit or cold compile that
+writes the cache), KV-cache sizing, CUDA-graph capture -> API server (gpt-oss tokenizer
+files) -> listen -> "Application startup complete.".
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import EMULATOR_VERSION, emulated_vllm_version, labelled_version
@@ -29,10 +31,13 @@ from .engine import Engine, NoiseModel
 from .errors import ENGINE_FRAMES, FRONTEND_FRAMES, VLLM_SITE, StartupFailure, pydantic_value_error
 from .faults import Faults, for_server, load_faults
 from .gpu import NO_DEVICE_MESSAGE, GpuSpec, load_gpu_spec
-from .hub import ModelInfo, harmony_failure, load_model, tiktoken_files_present
+from .hub import ModelInfo, harmony_failure, hub_cache_dir, load_model, tiktoken_files_present
 from .logs import ENGINE_CORE, VllmLogger
 from .memory import MemoryPlan, effective_precision, effective_weights_gib, plan_memory
 from .metrics import VllmMetrics
+from .pagecache import PageCache, load_page_cache, page_cache_dir
+from .pagecache import describe as describe_page_cache
+from .pagecache import info as page_cache_info
 from .perfmodel import DEVICE_PROFILES, build_engine_perf, startup_phases
 from .power import load_power_monitor
 from .quantization import (
@@ -100,6 +105,8 @@ class Startup:
     compile_hash: str | None = None
     compile_cache_hit: bool | None = None
     async_scheduling: bool = True
+    page_cache: PageCache | None = None  # the unit's EMULATED page cache (None: no state mounted)
+    page_cache_record: Path | None = None  # this server's record of the weights it read
 
     def pause(self, emulated_seconds: float) -> None:
         if emulated_seconds > 0 and self.settings.time_scale > 0:
@@ -283,6 +290,9 @@ def _engine_core(st: Startup) -> Engine:
         ENGINE_CORE,
     )
 
+    # On unified memory the page cache counts as used at this check (vllm#48140): the lab's
+    # EMULATED one, as it stands now (the toolkit drops it just before the start).
+    st.page_cache = load_page_cache(st.env, hub_cache_dir(st.env))
     memory = plan_memory(
         gpu,
         target,
@@ -294,8 +304,11 @@ def _engine_core(st: Startup) -> Engine:
         args.kv_cache_dtype,
         args.enforce_eager,
         args.quantization,
+        page_cache_gib=0.0 if st.page_cache is None else st.page_cache.gib,
     )
     st.memory = memory
+    if st.page_cache is not None:
+        log.info("pagecache.py:1", describe_page_cache(st.page_cache, memory.page_cache_gib), ENGINE_CORE)
     if memory.failure_kind == "free_memory":
         raise _engine_failure(memory.failure, "gpu_worker.py", "init_device")
 
@@ -328,6 +341,8 @@ def _engine_core(st: Startup) -> Engine:
         f"Model loading took {memory.weights_gib:.4f} GiB and {load_s:.6f} seconds",
         ENGINE_CORE,
     )
+    if st.page_cache is not None:
+        _record_read(st, [target] if draft is None else [target, draft])
 
     if not args.enforce_eager:
         rank = rank_dir(root, st.compile_hash)
@@ -411,6 +426,16 @@ def _engine_core(st: Startup) -> Engine:
     )
 
 
+def _record_read(st: Startup, models: list[ModelInfo]) -> None:
+    """The weights just read stay in the unit's page cache after this server stops: say so
+    for the next start. Best effort: a read-only mount must not stop this one."""
+    assert st.page_cache is not None
+    try:
+        st.page_cache_record = st.page_cache.record_read(models)
+    except OSError as exc:
+        st.log.plain(f"specfleet vLLM EMULATOR: could not record the weights read in the EMULATED page cache ({exc})")
+
+
 def _engine_failure(message: str | None, module: str, func: str) -> StartupFailure:
     return StartupFailure(
         exception_text=message or "RuntimeError: engine failure",
@@ -477,6 +502,9 @@ def _emulator_info(st: Startup, engine: Engine) -> dict[str, Any]:
         "speculative": None if st.speculative is None else st.speculative.as_dict(),
         "async_scheduling": st.async_scheduling,
         "compile_cache": {"hash": st.compile_hash, "hit": st.compile_cache_hit},
+        "page_cache": page_cache_info(
+            st.page_cache, page_cache_dir(st.env), st.memory.page_cache_gib, st.page_cache_record
+        ),
         "faults": st.faults.as_dict(),
         "workload_rule": "code_edit if the prompt holds code (``` or >=3 code-like lines, "
         ">=25% of lines); structured if it asks for lists/steps/tables/"

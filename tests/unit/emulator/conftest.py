@@ -140,6 +140,8 @@ def build_env(lab_root: Path, work_dir: Path) -> dict[str, str]:
             "SPECFLEET_EMULATOR_FAULTS_FILE": str(work_dir / "faults.json"),
             # Absent unless a test writes it (full speed); never the host's /run/specfleet-lab.
             "SPECFLEET_EMULATOR_POWER_FILE": str(work_dir / "power" / "power.json"),
+            # Absent unless a test makes it (no emulated page cache, as before it existed).
+            "SPECFLEET_EMULATOR_PAGE_CACHE_DIR": str(work_dir / "page-cache"),
             "SPECFLEET_EMULATOR_TIME_SCALE": FAST_SCALE,
             "SPECFLEET_EMULATOR_NOISE": "0",
             "VLLM_CACHE_ROOT": str(work_dir / "vllm-cache"),
