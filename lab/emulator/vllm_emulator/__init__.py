@@ -12,6 +12,7 @@ line, the `server` header and `/specfleet/emulator` say what it is.
 from __future__ import annotations
 
 import os
+import re
 
 EMULATOR_NAME = "specfleet-vllm-emulator"
 EMULATOR_VERSION = "1.0.0"
@@ -26,6 +27,14 @@ DEFAULT_EMULATED_TRTLLM_VERSION = "1.2.0rc6"
 def emulated_vllm_version() -> str:
     """Version reported by `/version` (vLLM-shaped, no label: the label lives elsewhere)."""
     return os.environ.get("SPECFLEET_EMULATOR_VLLM_VERSION", DEFAULT_EMULATED_VLLM_VERSION)
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """`0.24.0`, `0.26.1rc1.dev251`, `0.20` -> (major, minor, patch); unparsable: (0, 0, 0)."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if not match:
+        return (0, 0, 0)
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
 
 
 def labelled_version() -> str:

@@ -134,6 +134,8 @@ def build_serve_parser() -> VllmArgumentParser:
     model.add_argument("--enforce-eager", action=bool_flag, default=False)
     model.add_argument("--trust-remote-code", action=bool_flag, default=False)
     model.add_argument("--generation-config", type=str, default="auto")
+    # ModelConfig.max_logprobs: the most logprobs a request may ask for (-1: the vocabulary).
+    model.add_argument("--max-logprobs", type=int, default=20)
     load = parser.add_argument_group("LoadConfig")
     load.add_argument("--download-dir", type=str, default=None)
     parallel = parser.add_argument_group("ParallelConfig")

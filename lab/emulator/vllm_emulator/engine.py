@@ -5,6 +5,9 @@ by --max-num-seqs and KV-cache capacity), prefill new prompts, decode (and, when
 speculating, draft and verify) every running sequence, then sleep for the modelled step
 duration times the time scale. Each step hands every sequence its new tokens as one
 output, so with speculation one SSE chunk carries all tokens accepted in that step.
+With dynamic speculative decoding (`num_speculative_tokens_per_batch_size`) the number of
+requests in the step picks its draft length (EnginePerf.draft_length); a step with k = 0
+drafts nothing and counts nothing in the spec-decode metrics.
 
 Sleeping follows a deadline timeline (deadline += step) rather than sleeping the step
 length after the bookkeeping, so Python overhead does not accumulate and the emulated
@@ -85,6 +88,8 @@ class StepRecord:
     active_requests: int  # running after the step
     queued_requests: int
     kv_tokens_used: int
+    draft_tokens: int = 0  # draft length of the step (0: no speculation in it)
+    modelled_s: float = 0.0  # the step's modelled duration before the time scale
 
 
 @dataclass(frozen=True)
@@ -251,13 +256,15 @@ class Engine:
             if not new and not decoding:
                 continue
             step_started = time.monotonic()
-            plan = self._plan_step(decoding)
+            k = self.perf.draft_length(len(decoding) + len(new))
+            plan = self._plan_step(decoding, k)
             duration = step_timing(
                 self.perf,
                 [r.context_tokens for r in decoding],
                 [p[0] for p in plan],
                 prefill_tokens=sum(r.prompt_tokens for r in new),
                 new_sequences=len(new),
+                draft_tokens=k,
             ).total_s
             factors = [r.noise_factor for r in decoding + new]
             duration *= self.noise.unit_factor * (sum(factors) / len(factors))
@@ -268,11 +275,11 @@ class Engine:
                 self._sleep(delay)
             now = time.monotonic()
             with self._cond:
-                deliveries = self._apply_step(new, decoding, plan, now)
+                deliveries = self._apply_step(new, decoding, plan, now, k)
                 self._update_queue_gauges()
                 record = None
                 if self._step_observer is not None:
-                    record = self._step_record(step_started, now, new, decoding, plan, deliveries)
+                    record = self._step_record(step_started, now, new, decoding, plan, deliveries, k, duration)
             for request, output in deliveries:
                 request.outbox.put(output)
             if record is not None and self._step_observer is not None:
@@ -290,10 +297,11 @@ class Engine:
         decoding: list[GenerationRequest],
         plan: list[tuple[bool, int]],
         deliveries: list[tuple[GenerationRequest, object]],
+        k: int,
+        modelled_s: float,
     ) -> StepRecord:
         """Counts of the step just applied (call with the lock held)."""
         self._iteration += 1
-        k = self.perf.num_speculative_tokens if self.perf.method else 0
         completed = sum(1 for _, output in deliveries if isinstance(output, StepOutput) and output.finish_reason)
         return StepRecord(
             iteration=self._iteration,
@@ -307,12 +315,14 @@ class Engine:
             active_requests=len(self._running),
             queued_requests=len(self._waiting),
             kv_tokens_used=sum(kv_tokens_for(r.context_tokens) for r in self._running),
+            draft_tokens=k,
+            modelled_s=modelled_s,
         )
 
-    def _plan_step(self, decoding: list[GenerationRequest]) -> list[tuple[bool, int]]:
-        """Per decoding sequence: (proposed drafts?, accepted draft tokens)."""
+    def _plan_step(self, decoding: list[GenerationRequest], k: int) -> list[tuple[bool, int]]:
+        """Per decoding sequence: (proposed drafts?, accepted draft tokens), k drafts each."""
         perf = self.perf
-        if not perf.method:
+        if not perf.method or k == 0:
             return [(False, 0)] * len(decoding)
         plan: list[tuple[bool, int]] = []
         for request in decoding:
@@ -322,7 +332,7 @@ class Engine:
                     plan.append((False, 0))
                     continue
             accepted = 0
-            for probability in self._conditional(request):
+            for probability in self._conditional(request)[:k]:
                 if request.rng.random() < probability:
                     accepted += 1
                 else:
@@ -331,11 +341,15 @@ class Engine:
         return plan
 
     def _apply_step(
-        self, new: list[GenerationRequest], decoding: list[GenerationRequest], plan: list[tuple[bool, int]], now: float
+        self,
+        new: list[GenerationRequest],
+        decoding: list[GenerationRequest],
+        plan: list[tuple[bool, int]],
+        now: float,
+        k: int,
     ) -> list[tuple[GenerationRequest, object]]:
         deliveries: list[tuple[GenerationRequest, object]] = []
         base = self.metrics.base
-        k = self.perf.num_speculative_tokens if self.perf.method else 0
         for request in new:
             self.metrics.prompt_tokens.inc(request.prompt_tokens, **base)
             self.interval.prompt_tokens += request.prompt_tokens

@@ -13,6 +13,18 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
   counted), so it fails its free-memory check where the baseline starts
 - `reject_speculative_config: true`  the runtime rejects any --speculative-config the way
   an older vLLM rejects a method its SpeculativeConfig does not know
+- `output_divergence: "tie"`  from the first near-tie (the baseline's top-2 within 0.05 in
+  logprob) at or after `divergence_after_tokens` in each answer, the server emits the
+  second-best token there and continues from the changed prefix: a numerics tie, as real
+  GPUs flip greedy choices with batch shape (vLLM's "Lossless guarantees" caveat)
+- `output_divergence: "confident"`  at `divergence_after_tokens` (the first position from
+  there where the baseline led by >= 2.0) the server emits a token the baseline ranked far
+  below its top alternatives: a real divergence, not a tie
+- `divergence_after_tokens: N`  where the divergences start (default 8)
+- `unstable_outputs: true`  the same request is answered differently on repeated sends: the
+  n-th request of the process takes the second-best token at position
+  `divergence_after_tokens + n mod (answer length - divergence_after_tokens)`
+  (non-determinism at temperature 0); logprobs.py models all three
 - `only_when_speculating: true`  every switch above applies only to a server started
   with --speculative-config (a drafter crash, a speculative-only hang); the baseline runs clean
 """
@@ -26,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_FAULTS_FILE = "/run/specfleet-lab/faults.json"
+DEFAULT_DIVERGENCE_AFTER_TOKENS = 8
+OUTPUT_DIVERGENCES = ("tie", "confident")
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,9 @@ class Faults:
     startup_delay_s: float = 0.0
     drafter_unbudgeted_mib: int | None = None
     reject_speculative_config: bool = False
+    output_divergence: str | None = None
+    divergence_after_tokens: int = DEFAULT_DIVERGENCE_AFTER_TOKENS
+    unstable_outputs: bool = False
     only_when_speculating: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -53,7 +70,8 @@ def parse_faults(data: Any) -> Faults:
         raise ValueError("faults file must hold a JSON object")
     unknown = set(data) - {
         "crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s",
-        "drafter_unbudgeted_mib", "reject_speculative_config", "only_when_speculating",
+        "drafter_unbudgeted_mib", "reject_speculative_config", "output_divergence", "divergence_after_tokens",
+        "unstable_outputs", "only_when_speculating",
     }
     if unknown:
         raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
@@ -66,6 +84,10 @@ def parse_faults(data: Any) -> Faults:
             raise ValueError(f"{key} must be a non-negative integer")
         return value
 
+    divergence = data.get("output_divergence")
+    if divergence is not None and divergence not in OUTPUT_DIVERGENCES:
+        raise ValueError(f"output_divergence must be one of {', '.join(OUTPUT_DIVERGENCES)} (or null)")
+    after = optional_count("divergence_after_tokens")
     delay = data.get("startup_delay_s", 0) or 0
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ValueError("startup_delay_s must be a non-negative number")
@@ -76,6 +98,9 @@ def parse_faults(data: Any) -> Faults:
         startup_delay_s=float(delay),
         drafter_unbudgeted_mib=optional_count("drafter_unbudgeted_mib"),
         reject_speculative_config=bool(data.get("reject_speculative_config", False)),
+        output_divergence=divergence,
+        divergence_after_tokens=DEFAULT_DIVERGENCE_AFTER_TOKENS if after is None else after,
+        unstable_outputs=bool(data.get("unstable_outputs", False)),
         only_when_speculating=bool(data.get("only_when_speculating", False)),
     )
 

@@ -346,6 +346,20 @@ class EnginePerf:
     prompt_lookup_min: int | None = None
     # --enforce-eager: no CUDA graphs, so every kernel launch is paid on each step.
     enforce_eager: bool = False
+    # Dynamic speculative decoding: draft length by batch size (index = requests scheduled in
+    # the step, 0 unused), as the Scheduler's lookup; None: always num_speculative_tokens.
+    draft_lookup: tuple[int, ...] | None = None
+
+    def draft_length(self, batch_size: int) -> int:
+        """Draft tokens per sequence in a step with `batch_size` requests (0: no drafting).
+
+        vllm/v1/core/sched/scheduler.py: `dynamic_sd_lookup[len(num_scheduled_tokens)]`,
+        the static k when nothing is scheduled."""
+        if not self.method:
+            return 0
+        if self.draft_lookup is None or batch_size <= 0:
+            return self.num_speculative_tokens
+        return self.draft_lookup[min(batch_size, len(self.draft_lookup) - 1)]
 
     @property
     def launch_factor(self) -> float:
@@ -414,6 +428,7 @@ def step_timing(
     proposing: Sequence[bool],
     prefill_tokens: int = 0,
     new_sequences: int = 0,
+    draft_tokens: int | None = None,
 ) -> StepTiming:
     """Duration of one engine step.
 
@@ -421,9 +436,13 @@ def step_timing(
     proposing: per decoding sequence, whether it carries drafts this step (EAGLE/draft
     model always do; ngram only when a match was found).
     prefill_tokens/new_sequences: prompts prefilled in this step (chunked prefill).
+    draft_tokens: this step's draft length (dynamic speculation; default the configured k).
     """
     device = perf.device
-    k = perf.num_speculative_tokens if perf.method else 0
+    if not perf.method:
+        k = 0
+    else:
+        k = perf.num_speculative_tokens if draft_tokens is None else draft_tokens
     decoding = len(decode_contexts)
     drafted = sum(1 for flag in proposing if flag) if k else 0
     target_bytes = perf.target.weights_gib * GIB
@@ -446,7 +465,7 @@ def step_timing(
         draft = k * per_position
 
     proposer = 0.0
-    if perf.method == "ngram":
+    if perf.method == "ngram" and k:
         proposer = sum(
             device.ngram_cpu_base_s + context * device.ngram_cpu_per_context_token_s for context in decode_contexts
         )
@@ -482,10 +501,10 @@ def expected_decode_throughput(
     concurrency c is c times that.
     """
     contexts = [context_tokens] * concurrency
-    if not perf.method:
-        step = step_timing(perf, contexts, [False] * concurrency)
+    k = perf.draft_length(concurrency)
+    if not perf.method or k == 0:
+        step = step_timing(perf, contexts, [False] * concurrency, draft_tokens=0)
         return ThroughputEstimate(1.0, step.total_s)
-    k = perf.num_speculative_tokens
     rates = acceptance_rates(perf.method, workload, k, temperature)
     if perf.method == "ngram":
         match = ngram_match_rate(workload, perf.prompt_lookup_min)
@@ -496,10 +515,10 @@ def expected_decode_throughput(
         for matched in range(concurrency + 1):
             weight = comb(concurrency, matched) * match**matched * (1 - match) ** (concurrency - matched)
             flags = [True] * matched + [False] * (concurrency - matched)
-            seconds += weight * step_timing(perf, contexts, flags).total_s
+            seconds += weight * step_timing(perf, contexts, flags, draft_tokens=k).total_s
         tokens = 1.0 + match * sum(rates)
         return ThroughputEstimate(tokens, seconds, rates, match)
-    step = step_timing(perf, contexts, [True] * concurrency)
+    step = step_timing(perf, contexts, [True] * concurrency, draft_tokens=k)
     return ThroughputEstimate(mean_acceptance_length(rates), step.total_s, rates, 1.0)
 
 

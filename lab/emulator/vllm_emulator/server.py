@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import EMULATOR_NAME, emulated_trtllm_version, emulated_vllm_version, server_header
 from .engine import ENGINE_DEAD, Engine, GenerationRequest, StepOutput
+from .faults import Faults
+from .logprobs import AnswerPlan, chat_logprobs, completion_logprobs
 from .logs import VllmLogger
 from .metrics import VllmMetrics
 from .perfmodel import detect_workload
@@ -87,8 +89,14 @@ class ServerState:
     label: str = "specfleet vLLM EMULATOR"
     # trtllm-serve: the executor's stats queue, present only with enable_iter_perf_stats.
     iteration_stats: IterationStatsQueue | None = None
+    # --max-logprobs (ModelConfig.max_logprobs, default 20; -1: the vocabulary size).
+    max_logprobs: int = 20
+    vocab_size: int = 128256
+    # The fault switches that shape answers (output divergence, unstable outputs).
+    faults: Faults = field(default_factory=Faults)
     created: int = field(default_factory=lambda: int(time.time()))
     completed_requests: int = 0
+    received_requests: int = 0  # answers planned so far (unstable_outputs keys on it)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -108,6 +116,10 @@ class PreparedRequest:
     include_usage: bool
     continuous_usage: bool
     max_tokens: int
+    plan: AnswerPlan
+    # Logprobs asked for: chat `top_logprobs` (with `logprobs: true`) or completions
+    # `logprobs`; None: not asked for.
+    logprobs: int | None = None
 
 
 def _number(body: dict[str, Any], key: str, default: float | None) -> float | None:
@@ -119,10 +131,120 @@ def _number(body: dict[str, Any], key: str, default: float | None) -> float | No
     return float(value)
 
 
+class _Repr:
+    """An object whose repr is given (an exception inside a printed pydantic error)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def request_validation_error(body: dict[str, Any], message: str, parameter: str, value: Any = None) -> ApiError:
+    """A VLLMValidationError raised by a request model's `mode="before"` validator.
+
+    FastAPI turns it into a RequestValidationError, which vLLM's handler answers with 400,
+    type "Bad Request", `param` from the VLLMValidationError and the message
+    `str(exc)` (+ `str(exc.errors())` when they differ): the printed pydantic errors,
+    whose `msg` is "Value error, " + str(VLLMValidationError) (the message, then
+    "(parameter=..., value=...)"). vllm/entrypoints/openai/api_server.py
+    `validation_exception_handler`, vllm/exceptions.py `VLLMValidationError.__str__`.
+    """
+    extras = [f"parameter={parameter}"] + ([] if value is None else [f"value={value}"])
+    error = {
+        "type": "value_error",
+        "loc": ("body",),
+        "msg": f"Value error, {message} ({', '.join(extras)})",
+        "input": body,
+        "ctx": {"error": _Repr(f"VLLMValidationError({message!r})")},
+    }
+    return ApiError(400, str([error]), "Bad Request", parameter)
+
+
+def _integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False  # stricter than pydantic's lax int (which takes a bool as 0/1)
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def requested_logprobs(kind: str, body: dict[str, Any]) -> int | None:
+    """The protocol checks of the logprobs fields (pydantic `check_logprobs` validators of
+    ChatCompletionRequest and CompletionRequest, vllm/entrypoints/openai/chat_completion/
+    protocol.py and completion/protocol.py) and the count of top logprobs asked for."""
+    if kind == "chat":
+        flag = body.get("logprobs")
+        if flag is not None and not isinstance(flag, bool):
+            raise ApiError(
+                400,
+                str([{"type": "bool_type", "loc": ("body", "logprobs"), "msg": "Input should be a valid boolean",
+                      "input": flag}]),
+                "Bad Request",
+            )
+        top = body.get("top_logprobs")
+        if top is not None:
+            if not _integer(top):
+                raise request_validation_error(body, "`top_logprobs` must be an integer.", "top_logprobs", top)
+            top = int(top)
+            if top < 0 and top != -1:
+                raise request_validation_error(
+                    body, "`top_logprobs` must be a positive value or -1.", "top_logprobs", top
+                )
+            if (top == -1 or top > 0) and not flag:
+                raise request_validation_error(
+                    body, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
+                )
+        # ChatCompletionRequest.to_sampling_params: logprobs=self.top_logprobs if self.logprobs
+        return (top or 0) if flag else None
+    count = body.get("logprobs")
+    if count is None:
+        return None
+    if not _integer(count):
+        raise request_validation_error(body, "`logprobs` must be an integer.", "logprobs", count)
+    if int(count) < 0:
+        raise request_validation_error(body, "`logprobs` must be a positive value.", "logprobs", int(count))
+    return int(count)
+
+
+def check_max_logprobs(state: ServerState, count: int | None) -> None:
+    """SamplingParams._validate_logprobs (vllm/sampling_params.py; before that the V1 input
+    processor): -1 means the whole vocabulary, and --max-logprobs (-1: the vocabulary)
+    caps it. A VLLMValidationError, so the message carries "(parameter=..., value=...)"."""
+    if count is None:
+        return
+    cap = state.vocab_size if state.max_logprobs == -1 else state.max_logprobs
+    wanted = state.vocab_size if count == -1 else count
+    if wanted > cap:
+        raise ApiError(
+            400,
+            f"Requested sample logprobs of {wanted}, which is greater than max allowed: {cap} "
+            f"(parameter=logprobs, value={wanted})",
+            param="logprobs",
+        )
+
+
+def apply_output_faults(state: ServerState, plan: AnswerPlan, request_number: int) -> None:
+    """The output-divergence fault switches (faults.py; the model in logprobs.py)."""
+    faults = state.faults
+    start = faults.divergence_after_tokens
+    if faults.output_divergence == "tie":
+        position = plan.first_near_tie(start)
+        if position is not None:
+            plan.diverge(position, "second", "tie")
+    elif faults.output_divergence == "confident":
+        position = plan.first_confident(start)
+        if position is not None:
+            plan.diverge(position, "far", "confident")
+    if faults.unstable_outputs and len(plan.tokens) > start:
+        plan.diverge(start + request_number % (len(plan.tokens) - start), "second", "unstable")
+
+
 def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest:
     """Validate a completions/chat body the way vLLM's OpenAI frontend does."""
     if not isinstance(body, dict):
         raise ApiError(400, "Request body must be a JSON object")
+    # The request model's validators run first (FastAPI parses the body before the handler).
+    logprobs = requested_logprobs(kind, body) if state.flavour == VLLM else None
     model_name = body.get("model") or state.served_model_names[0]
     if model_name not in state.served_model_names:
         raise ApiError(404, f"The model `{model_name}` does not exist.", "NotFoundError", "model")
@@ -173,6 +295,9 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
             param="max_tokens",
         )
 
+    check_max_logprobs(state, logprobs)
+    if logprobs == -1:
+        logprobs = state.vocab_size  # the whole vocabulary (the emulated one has ~400 tokens)
     defaults = state.generation_defaults
     min_p = _number(body, "min_p", defaults.get("min_p", 0.0)) or 0.0
     logit_bias = body.get("logit_bias")
@@ -203,7 +328,14 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
     ignore_eos = bool(body.get("ignore_eos", False))
     length = max_tokens if ignore_eos else min(max_tokens, natural)
     finish = "length" if ignore_eos or natural > max_tokens else "stop"
-    output = generate(rendered, length, workload == "code_edit", sampling_seed)
+    code_like = workload == "code_edit"
+    output = generate(rendered, length, code_like, sampling_seed)
+    plan = AnswerPlan(state.model_root, rendered, sampling_seed, code_like, output)
+    with state.lock:
+        number = state.received_requests
+        state.received_requests += 1
+    apply_output_faults(state, plan, number)
+    output = plan.tokens
     digest = hashlib.sha256(
         f"{state.engine_seed}\x00{sampling_seed}\x00{rendered}".encode("utf-8", "surrogatepass")
     ).digest()
@@ -220,6 +352,8 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
         include_usage=include_usage,
         continuous_usage=continuous,
         max_tokens=max_tokens,
+        plan=plan,
+        logprobs=logprobs,
     )
 
 
@@ -438,6 +572,7 @@ class EmulatorHandler(BaseHTTPRequestHandler):
         text = "".join(pieces)
         created = int(time.time())
         usage = _usage(prepared.prompt_tokens, len(pieces))
+        logprobs = self._logprobs(prepared, 0, pieces, 0)
         if prepared.kind == "chat":
             choice = {
                 "index": 0,
@@ -451,7 +586,7 @@ class EmulatorHandler(BaseHTTPRequestHandler):
                     "tool_calls": [],
                     "reasoning_content": None,
                 },
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish,
                 "stop_reason": None,
             }
@@ -471,7 +606,7 @@ class EmulatorHandler(BaseHTTPRequestHandler):
             choice = {
                 "index": 0,
                 "text": text,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish,
                 "stop_reason": None,
                 "prompt_logprobs": None,
@@ -489,6 +624,17 @@ class EmulatorHandler(BaseHTTPRequestHandler):
             }
         self._json(200, payload)
         return True
+
+    @staticmethod
+    def _logprobs(
+        prepared: PreparedRequest, first: int, tokens: list[str], text_offset: int
+    ) -> dict[str, Any] | None:
+        """The `logprobs` of a choice holding `tokens` (the first at position `first`)."""
+        if prepared.logprobs is None:
+            return None
+        if prepared.kind == "chat":
+            return chat_logprobs(prepared.plan, first, tokens, prepared.logprobs)
+        return completion_logprobs(prepared.plan, first, tokens, prepared.logprobs, text_offset)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -510,13 +656,16 @@ class EmulatorHandler(BaseHTTPRequestHandler):
         obj = "chat.completion.chunk" if is_chat else "text_completion"
         head = {"id": request.request_id, "object": obj, "created": created, "model": prepared.model_name}
         emitted = 0
+        text_length = 0
         finish: str | None = None
         first = True
         while finish is None:
             output = self._next_output(request)
             finish = output.finish_reason
+            logprobs = self._logprobs(prepared, emitted, output.tokens, text_length)
             emitted += len(output.tokens)
             text = "".join(output.tokens)
+            text_length += len(text)
             if is_chat:
                 if first:
                     role = {
@@ -536,11 +685,11 @@ class EmulatorHandler(BaseHTTPRequestHandler):
                 choice: dict[str, Any] = {
                     "index": 0,
                     "delta": {"content": text},
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": finish,
                 }
             else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+                choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
             if finish is not None:
                 choice["stop_reason"] = None
             chunk: dict[str, Any] = {**head, "choices": [choice]}

@@ -1,5 +1,9 @@
 """`--speculative-config` validation with vLLM 0.20's rules and messages.
 
+The fields are those of the emulated version (`emulated_vllm_version()`): a field a newer
+vLLM added is an unknown keyword to an older one (e.g. `num_speculative_tokens_per_batch_size`,
+dynamic speculative decoding, from vLLM 0.24.0; see DYNAMIC_SD_SINCE).
+
 vLLM's SpeculativeConfig is a pydantic dataclass: field errors (unknown keys, a method
 outside the Literal, non-positive numbers) and the ValueErrors its `__post_init__` and
 `_verify_args` raise both surface as a pydantic ValidationError for SpeculativeConfig,
@@ -14,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import FRONTEND_FRAMES, VLLM_SITE, StartupFailure
+from . import emulated_vllm_version, version_tuple
+from .errors import ENGINE_FRAMES, FRONTEND_FRAMES, VLLM_SITE, StartupFailure
 from .hub import ModelInfo
 
 SPECULATIVE_METHODS = (
@@ -65,7 +70,6 @@ KNOWN_FIELDS = (
     "prompt_lookup_max",
     "prompt_lookup_min",
     "parallel_drafting",
-    "num_speculative_tokens_per_batch_size",
     "suffix_decoding_max_tree_depth",
     "suffix_decoding_max_cached_requests",
     "suffix_decoding_max_spec_factor",
@@ -75,6 +79,24 @@ KNOWN_FIELDS = (
     "draft_sample_method",
     "disable_by_batch_size",
 )
+
+# Dynamic speculative decoding (vllm-project/vllm PR #32374 "[V1][Spec Decode] Add Dynamic SD",
+# merged in the week ending 2026-06-19, after v0.23.0 was tagged; first released in v0.24.0 of
+# 2026-07-01): `num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None` in
+# vllm/config/speculative.py, checked when the engine core builds its Scheduler by
+# vllm/v1/spec_decode/dynamic/utils.py `build_dynamic_sd_schedule_lookup`
+# (docs/features/speculative_decoding/dynamic_speculative_decoding.md). Older versions'
+# SpeculativeConfig refuses the key as an unexpected keyword argument.
+DYNAMIC_SD_FIELD = "num_speculative_tokens_per_batch_size"
+DYNAMIC_SD_SINCE = (0, 24, 0)
+
+
+def known_fields(vllm_version: str) -> tuple[str, ...]:
+    """SpeculativeConfig's fields in the emulated vLLM version."""
+    if version_tuple(vllm_version) >= DYNAMIC_SD_SINCE:
+        return KNOWN_FIELDS + (DYNAMIC_SD_FIELD,)
+    return KNOWN_FIELDS
+
 
 SPEC_FRAMES = FRONTEND_FRAMES + [
     (
@@ -95,6 +117,9 @@ class ResolvedSpeculation:
     prompt_lookup_max: int | None
     draft: ModelInfo | None
     draft_tensor_parallel_size: int
+    # Dynamic speculative decoding: the (start, end, k) bands as given (pydantic-coerced);
+    # None: off. Validated and expanded when the engine core starts (dynamic_sd_lookup).
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None
 
     @property
     def async_scheduling(self) -> bool:
@@ -119,6 +144,9 @@ class ResolvedSpeculation:
             "prompt_lookup_min": self.prompt_lookup_min,
             "prompt_lookup_max": self.prompt_lookup_max,
             "async_scheduling": self.async_scheduling,
+            DYNAMIC_SD_FIELD: None
+            if self.num_speculative_tokens_per_batch_size is None
+            else [list(band) for band in self.num_speculative_tokens_per_batch_size],
         }
 
 
@@ -147,11 +175,82 @@ def _value_error(message: str, raw: dict[str, Any]) -> SpecConfigError:
     )
 
 
-def _field_errors(raw: dict[str, Any]) -> list[str]:
+def _int_error(value: Any) -> str | None:
+    """pydantic's (lax) int validation of one value; None when it is an int."""
+    kind = type(value).__name__
+    if isinstance(value, bool):
+        # pydantic would take a bool as 0/1; the emulator refuses it (stricter, never kinder).
+        return f"Input should be a valid integer [type=int_type, input_value={value!r}, input_type={kind}]"
+    if isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        if value.is_integer():
+            return None
+        return (
+            "Input should be a valid integer, got a number with a fractional part "
+            f"[type=int_from_float, input_value={value!r}, input_type={kind}]"
+        )
+    if isinstance(value, str):
+        try:
+            int(value.strip())
+            return None
+        except ValueError:
+            return (
+                "Input should be a valid integer, unable to parse string as an integer "
+                f"[type=int_parsing, input_value={value!r}, input_type={kind}]"
+            )
+    return f"Input should be a valid integer [type=int_type, input_value={value!r}, input_type={kind}]"
+
+
+def _schedule_errors(value: Any) -> list[str]:
+    """pydantic's errors for `list[tuple[int, int, int]] | None` (the field's annotation)."""
+    name = DYNAMIC_SD_FIELD
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        return [
+            f"{name}\n  Input should be a valid list [type=list_type, input_value={value!r}, "
+            f"input_type={type(value).__name__}]"
+        ]
+    errors: list[str] = []
+    for index, entry in enumerate(value):
+        loc = f"{name}.{index}"
+        if not isinstance(entry, list | tuple):
+            errors.append(
+                f"{loc}\n  Input should be a valid tuple [type=tuple_type, input_value={entry!r}, "
+                f"input_type={type(entry).__name__}]"
+            )
+            continue
+        for position, item in enumerate(entry[:3]):
+            error = _int_error(item)
+            if error is not None:
+                errors.append(f"{loc}.{position}\n  {error}")
+        if len(entry) > 3:
+            errors.append(
+                f"{loc}\n  Tuple should have at most 3 items after validation, not {len(entry)} "
+                f"[type=too_long, input_value={entry!r}, input_type={type(entry).__name__}]"
+            )
+        for position in range(len(entry), 3):
+            errors.append(
+                f"{loc}.{position}\n  Field required [type=missing, input_value={entry!r}, "
+                f"input_type={type(entry).__name__}]"
+            )
+    return errors
+
+
+def _schedule(value: Any) -> tuple[tuple[int, int, int], ...] | None:
+    """The bands as pydantic hands them to SpeculativeConfig (after _schedule_errors passed)."""
+    if value is None:
+        return None
+    return tuple((int(entry[0]), int(entry[1]), int(entry[2])) for entry in value)
+
+
+def _field_errors(raw: dict[str, Any], vllm_version: str | None = None) -> list[str]:
     """Pydantic field-level errors, in field order like pydantic reports them."""
     errors: list[str] = []
+    fields = known_fields(emulated_vllm_version() if vllm_version is None else vllm_version)
     for key, value in raw.items():
-        if key not in KNOWN_FIELDS:
+        if key not in fields:
             errors.append(
                 f"{key}\n  Unexpected keyword argument [type=unexpected_keyword_"
                 f"argument, input_value={value!r}, input_type={type(value).__name__}]"
@@ -188,6 +287,8 @@ def _field_errors(raw: dict[str, Any]) -> list[str]:
             f"model\n  Input should be a valid string [type=string_type, "
             f"input_value={model!r}, input_type={type(model).__name__}]"
         )
+    if DYNAMIC_SD_FIELD in fields:
+        errors.extend(_schedule_errors(raw.get(DYNAMIC_SD_FIELD)))
     return errors
 
 
@@ -221,11 +322,13 @@ def validate_speculative_config(
     target: ModelInfo,
     target_tensor_parallel_size: int,
     load_draft: Callable[[str], ModelInfo],
+    vllm_version: str | None = None,
 ) -> ResolvedSpeculation:
     """Resolve a `--speculative-config` dict like vLLM or raise SpecConfigError.
 
     `load_draft` resolves a draft model name (it may raise StartupFailure for a missing
-    or gated draft, which callers let through unchanged).
+    or gated draft, which callers let through unchanged). `vllm_version`: the vLLM whose
+    SpeculativeConfig is emulated (default: `emulated_vllm_version()`).
     """
     if not isinstance(raw, dict):
         raise SpecConfigError(
@@ -234,7 +337,7 @@ def validate_speculative_config(
             f"SpeculativeConfig [type=dataclass_type, input_value={raw!r}, "
             f"input_type={type(raw).__name__}]"
         )
-    _raise_field_errors(_field_errors(raw))
+    _raise_field_errors(_field_errors(raw, vllm_version))
 
     method: str | None = raw.get("method")
     model: str | None = raw.get("model")
@@ -330,7 +433,83 @@ def validate_speculative_config(
         prompt_lookup_max=lookup_max,
         draft=draft,
         draft_tensor_parallel_size=draft_tp,
+        num_speculative_tokens_per_batch_size=_schedule(raw.get(DYNAMIC_SD_FIELD)),
     )
+
+
+# --- dynamic speculative decoding: the engine core's check -------------------------------------
+
+DYNAMIC_SD_FRAMES = ENGINE_FRAMES[:2] + [
+    (f"{VLLM_SITE}/vllm/v1/engine/core.py", 140, "__init__", "self.scheduler: SchedulerInterface = Scheduler("),
+    (
+        f"{VLLM_SITE}/vllm/v1/core/sched/scheduler.py",
+        253,
+        "__init__",
+        "self.dynamic_sd_lookup = build_dynamic_sd_schedule_lookup(",
+    ),
+    (
+        f"{VLLM_SITE}/vllm/v1/spec_decode/dynamic/utils.py",
+        95,
+        "build_dynamic_sd_schedule_lookup",
+        "parsed_schedule = validate_and_normalize_dynamic_sd_schedule(",
+    ),
+    (f"{VLLM_SITE}/vllm/v1/spec_decode/dynamic/utils.py", 44, "validate_and_normalize_dynamic_sd_schedule",
+     "raise ValueError("),
+]
+
+
+class DynamicScheduleError(ValueError):
+    """vLLM's ValueError for a bad `num_speculative_tokens_per_batch_size` (engine core)."""
+
+    def to_failure(self) -> StartupFailure:
+        return StartupFailure(
+            exception_text=f"ValueError: {self}",
+            in_engine_core=True,
+            error_lines=["EngineCore failed to start."],
+            frames=DYNAMIC_SD_FRAMES,
+        )
+
+
+def dynamic_sd_lookup(
+    schedule: tuple[tuple[int, int, int], ...] | None, max_batch_size: int, num_speculative_tokens: int
+) -> tuple[int, ...] | None:
+    """The Scheduler's batch size -> k table (index = batch size, 0 unused), or None when
+    dynamic speculation is off (no table, or an empty one: the Scheduler only builds the
+    lookup for a non-empty list). Raises DynamicScheduleError with vLLM's texts.
+
+    vllm/v1/spec_decode/dynamic/utils.py (vllm-project/vllm@a6f6bb1d): every band must be
+    positive with start <= end and k >= 0; after sorting by start the bands must not overlap;
+    the first must start at 1. Gaps are not errors: a batch size between two bands, or past
+    the last, takes the k of the band before it (carry-forward); every k is clamped to
+    `num_speculative_tokens` (the maximum draft length, which sizes the buffers), silently.
+    No method is refused (the docs: tested with EAGLE, EAGLE-3 and DFlash).
+    """
+    if not schedule:
+        return None
+    for start, end, k in schedule:
+        if start <= 0 or end <= 0:
+            raise DynamicScheduleError(f"Batch-size range ({start}, {end}) must be positive.")
+        if start > end:
+            raise DynamicScheduleError(f"Batch-size range start must be <= end for ({start}, {end}, {k}).")
+        if k < 0:
+            raise DynamicScheduleError("num_speculative_tokens_per_batch_size values must be >= 0.")
+    bands = sorted(schedule, key=lambda band: band[0])
+    previous_end = 0
+    for start, end, _ in bands:
+        if start <= previous_end:
+            raise DynamicScheduleError("Batch-size ranges must be non-overlapping and sorted.")
+        previous_end = end
+    if bands[0][0] != 1:
+        raise DynamicScheduleError(
+            "The first batch-size range must start at 1 so every runtime batch size has a defined schedule."
+        )
+    lookup = [0] * (max_batch_size + 1)
+    band = 0
+    for batch_size in range(1, max_batch_size + 1):
+        while band + 1 < len(bands) and bands[band + 1][0] <= batch_size:
+            band += 1
+        lookup[batch_size] = min(num_speculative_tokens, bands[band][2])
+    return tuple(lookup)
 
 
 def json_loads_for_argparse(value: str) -> Any:

@@ -48,7 +48,13 @@ from .quantization import (
     resolve_dtype,
 )
 from .server import EmulatorHTTPServer, ServerState, emulator_label, make_server, route_lines
-from .specconfig import ResolvedSpeculation, SpecConfigError, validate_speculative_config
+from .specconfig import (
+    DynamicScheduleError,
+    ResolvedSpeculation,
+    SpecConfigError,
+    dynamic_sd_lookup,
+    validate_speculative_config,
+)
 
 BANNER = (
     "specfleet vLLM EMULATOR {version}: this process is NOT vLLM. It is the labelled "
@@ -217,6 +223,27 @@ def _build_vllm_config(st: Startup) -> None:
         )
     elif st.async_scheduling:
         log.info("vllm.py:531", "Asynchronous scheduling is enabled.")
+    if spec is not None and spec.num_speculative_tokens_per_batch_size is not None:
+        _dynamic_sd_cudagraph_warning(st)
+
+
+def _dynamic_sd_cudagraph_warning(st: Startup) -> None:
+    """VllmConfig._maybe_override_dynamic_sd_cudagraph_mode (vllm/config/vllm.py): with a
+    per-batch-size table (even an empty one: `uses_dynamic_speculative_decoding()` is
+    `is not None`) full CUDA graphs fall back to PIECEWISE on the V1 model runner. Not under
+    --enforce-eager (cudagraph_mode NONE) nor when the compilation config already asks for
+    PIECEWISE or NONE. The text is that of vLLM main (vllm-project/vllm, 2026-09); the first
+    release with the feature may have worded it differently."""
+    compilation = st.args.compilation_config if isinstance(st.args.compilation_config, dict) else {}
+    mode = str(compilation.get("cudagraph_mode", "FULL_AND_PIECEWISE")).upper()
+    if st.args.enforce_eager or mode in ("PIECEWISE", "NONE") or st.env.get("VLLM_USE_V2_MODEL_RUNNER") == "1":
+        return
+    st.log.warning(
+        "vllm.py:855",
+        "Dynamic speculative decoding changes the target verification length at runtime. "
+        f"Overriding cudagraph_mode from {mode} to PIECEWISE for reliability. "
+        "Use VLLM_USE_V2_MODEL_RUNNER=1 if you want to use full CUDA graphs.",
+    )
 
 
 def _compile_factors(st: Startup) -> dict[str, Any]:
@@ -401,6 +428,15 @@ def _engine_core(st: Startup) -> Engine:
     perf = build_engine_perf(
         gpu, target, spec, args.quantization, args.kv_cache_dtype, st.async_scheduling, args.enforce_eager
     )
+    if spec is not None:
+        # EngineCore builds its Scheduler last; the Scheduler expands (and checks) the table.
+        try:
+            lookup = dynamic_sd_lookup(
+                spec.num_speculative_tokens_per_batch_size, max_num_seqs, spec.num_speculative_tokens
+            )
+        except DynamicScheduleError as error:
+            raise error.to_failure() from error
+        perf = dataclasses.replace(perf, draft_lookup=lookup)
     served = (args.served_model_name or [args.model])[0]
     metrics = VllmMetrics(
         served,
@@ -506,6 +542,7 @@ def _emulator_info(st: Startup, engine: Engine) -> dict[str, Any]:
             st.page_cache, page_cache_dir(st.env), st.memory.page_cache_gib, st.page_cache_record
         ),
         "faults": st.faults.as_dict(),
+        "max_logprobs": st.args.max_logprobs,
         "workload_rule": "code_edit if the prompt holds code (``` or >=3 code-like lines, "
         ">=25% of lines); structured if it asks for lists/steps/tables/"
         "JSON/etc.; otherwise chat",
@@ -575,6 +612,9 @@ def start(
         generation_defaults=defaults,
         crash_after_requests=faults.crash_after_requests,
         engine_seed=args.seed,
+        max_logprobs=args.max_logprobs,
+        vocab_size=st.target.vocab_size,
+        faults=faults,
     )
     state.emulator_info = _emulator_info(st, engine)
     server.RequestHandlerClass.state = state  # type: ignore[attr-defined]

@@ -99,9 +99,30 @@ def natural_length(prompt: str, sampling_seed: int | None = None) -> int:
 
 def generate(prompt: str, max_tokens: int, code_like: bool, sampling_seed: int | None = None) -> list[str]:
     """Output tokens for a prompt. `sampling_seed=None` means greedy (temperature 0)."""
-    rng = _rng_for(prompt, sampling_seed)
-    tokens: list[str] = []
+    return _extend(_rng_for(prompt, sampling_seed), [], max_tokens, code_like)
+
+
+def continue_from(
+    prompt: str, prefix: Sequence[str], max_tokens: int, code_like: bool, sampling_seed: int | None = None
+) -> list[str]:
+    """`prefix` and then what the emulated model writes after it, `max_tokens` in all.
+
+    A pure function of the prompt and the prefix: an answer that took another token at
+    some position (an output-divergence fault) goes on consistently from its own text.
+    """
+    material = prompt + "\x00continue\x00" + "".join(prefix)
+    return _extend(_rng_for(material, sampling_seed), list(prefix), max_tokens, code_like)
+
+
+_SENTENCE_BREAKS = (".", ",", ";", "\n\n")
+
+
+def _extend(rng: random.Random, tokens: list[str], max_tokens: int, code_like: bool) -> list[str]:
     since_period = 0
+    for token in reversed(tokens):
+        if token in _SENTENCE_BREAKS:
+            break
+        since_period += 1
     while len(tokens) < max_tokens:
         if code_like:
             roll = rng.random()
@@ -124,3 +145,21 @@ def generate(prompt: str, max_tokens: int, code_like: bool, sampling_seed: int |
         tokens.append(word if tokens and tokens[-1] == "\n\n" else " " + word)
         since_period += 1
     return tokens[:max_tokens]
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every token the emulated model can write, once each (alternatives for logprobs)."""
+    return _VOCABULARY
+
+
+_VOCABULARY = tuple(
+    dict.fromkeys(
+        [" " + word for word in _WORDS]
+        + [" " + word.capitalize() for word in _WORDS]
+        + [word.capitalize() for word in _WORDS]
+        + [" " + word for word in _CODE]
+        + list(_CODE)
+        + _CODE_PUNCT
+        + list(_SENTENCE_BREAKS)
+    )
+)

@@ -467,6 +467,7 @@ def start(
         log=log,
         speculative=st.speculative,
         crash_after_requests=faults.crash_after_requests,
+        faults=faults,
         flavour=TRTLLM,
         label=LABEL,
         iteration_stats=stats,
