@@ -1,45 +1,59 @@
-"""The gate: keep or revert speculative decoding on a unit from two spec_bench results.
+"""The gate: keep or revert speculative decoding on a unit from interleaved measurement blocks.
 
-Pure functions, no Ansible. Input: the ``bench`` dicts spec_bench returns for the
-baseline (no speculation) and the candidate (speculation on), measured on the same unit
-with the same prompts, seed and settings; and the merged policy (``specfleet_gate_*``).
+Pure functions, no Ansible. Input: the measuring order of the unit's blocks, each a spec_bench
+``bench`` of one side (the baseline A, speculation on B), A B A at least, every block with the
+same prompts, seed and settings; and the merged policy (``specfleet_gate_*``).
 
-Rules (seed 000, thresholds are policy variables):
-- keep only when, on every workload in ``specfleet_gate_workloads``, throughput at
-  concurrency 1 rises by at least ``specfleet_gate_min_throughput_gain`` AND TPOT p50 at
-  concurrency 1 drops by at least ``specfleet_gate_min_tpot_drop`` AND throughput at
-  concurrency 8 does not fall by more than ``specfleet_gate_max_c8_regression``;
-- a gain below ``specfleet_gate_disable_below`` always reverts;
-- either benchmark not ``ok`` reverts, with its failure;
-- noise: every check must hold at the *worst-case pairing* of the repetitions, not only
-  at the medians (see ``_ratio``); a keep the spread cannot support is a revert;
-- greedy outputs must match (see ``decide``).
+Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
+- On the primary workload (the first of ``specfleet_gate_workloads``), keep only when the
+  one-sided lower bound (confidence ``specfleet_gate_confidence``) of the throughput speedup at
+  concurrency 1 clears ``1 + specfleet_gate_min_throughput_gain``, the upper bound of TPOT
+  (speculative over baseline) at concurrency 1 clears ``1 - specfleet_gate_min_tpot_drop``,
+  and throughput at concurrency 8 is non-inferior: its lower bound clears
+  ``1 - specfleet_gate_margin``.
+- Every other gated workload shows no regression beyond the margin: its throughput at
+  concurrency 1 reverts when even its upper bound is below ``1 - margin`` (a guard against
+  harm, not a second proof: a break-even chat workload must not revert a unit).
+- A bound that straddles its threshold is inconclusive: one more pair of blocks (B, A) is
+  measured while ``specfleet_gate_max_blocks`` allows, then the verdict is taken again. Still
+  inconclusive at the budget reverts, saying so. A figure that clears its threshold in the
+  wrong direction (even its best bound misses) reverts at once.
+- The baseline's drift between successive baseline blocks is measured: when its whole
+  interval lies beyond ``specfleet_gate_max_drift``, the verdict is inconclusive (the
+  interleaving cancels a steady drift, not a step between blocks).
+- The output check compares the tokens each side generated for the same request: a first
+  divergence where the baseline's two best candidates were within
+  ``specfleet_gate_tie_logprob_gap`` is a numerics tie (reported); one where the baseline was
+  confident reverts, and so does a speculative server that answers the same request
+  differently twice.
+- Either side's benchmark not ``ok`` reverts, with its failure.
 
+Throughput at a concurrency is compared through each request's time per output token
+(E2E / tokens): with the same number of requests in flight on both sides, the ratio of
+throughputs is the inverse ratio of that time (Little's law), and it pairs by prompt.
 Anything not measured (acceptance on a server without spec-decode counters, a missing
-concurrency level) is reported as unavailable, never filled in.
+concurrency) is reported as unavailable, never filled in.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import (
     bench_of,
     cell,
     cell_acceptance,
-    median_throughput,
-    throughput_runs,
-    tpot_p50,
-    tpot_runs,
 )
 
+from specfleet import paired
 from specfleet.policy import defaults as policy_defaults
 
 SINGLE = "c1"
 LOADED = "c8"
-MIN_RUNS = 2  # one run per side has no spread: the noise cannot be judged
+PASS, FAIL, OPEN = "pass", "fail", "inconclusive"
+KEEP, REVERT, MEASURE = "keep", "revert", "measure"
 
 
 def gate_defaults() -> dict[str, Any]:
@@ -53,48 +67,169 @@ def _pct(value: float | None, signed: bool = True) -> str:
     return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
 
 
-def _num(value: float | None, unit: str = "") -> str:
+def _num(value: float | None) -> str:
     if value is None:
         return "n/a"
-    return f"{value:.1f}{unit}" if abs(value) >= 10 else f"{value:.2f}{unit}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _spread(values: list[float]) -> float | None:
-    if len(values) < 2:
-        return 0.0 if values else None
-    middle = statistics.median(values)
-    return (max(values) - min(values)) / middle if middle else None
+# ---- per-prompt figures of a block ------------------------------------------------------------
+def _geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(value) for value in values) / len(values))
 
 
-def _ratio(point_base: float | None, point_cand: float | None, base_runs: list[float], cand_runs: list[float],
-           higher_is_better: bool) -> dict[str, Any]:
-    """candidate / baseline at the medians, and its worst and best case over the runs.
+def prompt_figures(bench: Mapping[str, Any], workload: str, level: str, figure: str) -> dict[str, float]:
+    """prompt id -> the request figure (``time_per_token`` ms, or ``tpot`` ms) of one block,
+    over its clean requests (a prompt sent more than once: their geometric mean)."""
+    collected: dict[str, list[float]] = {}
+    for run in (cell(bench, workload, level) or {}).get("runs") or []:
+        for request in run.get("requests") or []:
+            if request.get("failed") or request.get("bursty") or not request.get("prompt"):
+                continue
+            if figure == "tpot":
+                value = request.get("tpot_ms")
+            else:
+                tokens, e2e = request.get("tokens"), request.get("e2e_ms")
+                value = e2e / tokens if tokens and e2e else None
+            if value and value > 0:
+                collected.setdefault(request["prompt"], []).append(float(value))
+    return {prompt: _geometric_mean(values) for prompt, values in collected.items()}
 
-    Worst-case pairing: the candidate's worst run against the baseline's best run. It
-    needs no distribution assumption, is deterministic, and with 3-5 runs per side is
-    about as strict as a 90 % bootstrap bound; a keep must survive it.
-    """
-    figure: dict[str, Any] = {"ratio": None, "worst": None, "best": None, "baseline": point_base,
-                              "candidate": point_cand, "baseline_spread": _spread(base_runs),
-                              "candidate_spread": _spread(cand_runs), "runs": [len(base_runs), len(cand_runs)]}
-    if not point_base or point_cand is None:
-        return figure
-    figure["ratio"] = point_cand / point_base
-    if base_runs and cand_runs:
-        if higher_is_better:
-            figure["worst"] = min(cand_runs) / max(base_runs)
-            figure["best"] = max(cand_runs) / min(base_runs)
+
+def _estimate(benches: Sequence[Mapping[str, Any]], weights: Sequence[float] | None, workload: str, level: str,
+              figure: str, block_noise: float) -> paired.Estimate | None:
+    if weights is None:
+        return None
+    blocks = [prompt_figures(bench, workload, level, figure) for bench in benches]
+    return paired.estimate(blocks, weights, block_noise)
+
+
+def _side_median(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], side: str, workload: str) -> float | None:
+    """TPOT p50 (ms) over the side's blocks at concurrency 1: the median of its requests."""
+    values = sorted(value for bench, which in zip(benches, sides, strict=True) if which == side
+                    for value in prompt_figures(bench, workload, SINGLE, "tpot").values())
+    return values[len(values) // 2] if values else None
+
+
+# ---- checks ---------------------------------------------------------------------------------------
+def _bounded(found: paired.Estimate | None, confidence: float, invert: bool) -> dict[str, Any]:
+    """A ratio estimate as the gate reports it: value and one-sided bounds, as a change from 1
+    (+0.35 = +35 %). ``invert`` turns a time ratio into a speed ratio."""
+    if found is None:
+        return {"value": None, "lower": None, "upper": None, "prompts": 0}
+    value, lower, upper = found.ratio, found.lower(confidence), found.upper(confidence)
+    if invert:
+        value, lower, upper = 1 / value, 1 / upper, 1 / lower
+    return {"value": round(value - 1, 4), "lower": round(lower - 1, 4), "upper": round(upper - 1, 4),
+            "prompts": found.prompts}
+
+
+def _verdict(lower: float, upper: float, threshold: float) -> str:
+    """At least ``threshold``: pass when even the lower bound clears it, fail when even the
+    upper bound misses it, inconclusive in between."""
+    if lower >= threshold:
+        return PASS
+    if upper < threshold:
+        return FAIL
+    return OPEN
+
+
+def _workload_checks(workload: str, primary: bool, benches: Sequence[Mapping[str, Any]], sides: Sequence[str],
+                     policy: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(checks, figures) of one gated workload; each check: {workload, check, verdict, reason}."""
+    confidence = policy["specfleet_gate_confidence"]
+    noise = policy["specfleet_gate_block_noise"]
+    margin = policy["specfleet_gate_margin"]
+    weights = paired.contrast_weights(sides)
+    level_pct = f"{confidence:.0%} bounds"
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, verdict: str, reason: str) -> None:
+        checks.append({"workload": workload, "check": name, "verdict": verdict, "reason": f"{workload}: {reason}"})
+
+    gain = _bounded(_estimate(benches, weights, workload, SINGLE, "time_per_token", noise), confidence, True)
+    tpot = _bounded(_estimate(benches, weights, workload, SINGLE, "tpot", noise), confidence, False)
+    load = _bounded(_estimate(benches, weights, workload, LOADED, "time_per_token", noise), confidence, True)
+    acceptance = [cell_acceptance(cell(bench, workload, SINGLE)) for bench, side in zip(benches, sides, strict=True)
+                  if side == paired.SPECULATIVE]
+    first_acceptance = acceptance[0] if acceptance else None
+    figures = {
+        "throughput_gain_c1": gain,
+        "tpot_drop_c1": {
+            "value": None if tpot["value"] is None else round(-tpot["value"], 4),
+            "lower": None if tpot["upper"] is None else round(-tpot["upper"], 4),
+            "upper": None if tpot["lower"] is None else round(-tpot["lower"], 4),
+            "prompts": tpot["prompts"],
+            "baseline": _side_median(benches, sides, paired.BASELINE, workload),
+            "candidate": _side_median(benches, sides, paired.SPECULATIVE, workload),
+        },
+        "throughput_change_c8": load,
+        "acceptance_c1": first_acceptance,
+        "acceptance_c1_text": _acceptance_text(first_acceptance) if acceptance else "not measured",
+    }
+
+    def line(label: str, found: dict[str, Any], unit: str = "") -> str:
+        return (f"{label} {_pct(found['value'])}{unit} ({level_pct} {_pct(found['lower'])} .. {_pct(found['upper'])}, "
+                f"{found['prompts']} prompts paired over {len(sides)} blocks)")
+
+    if primary:
+        min_gain = policy["specfleet_gate_min_throughput_gain"]
+        floor = policy["specfleet_gate_disable_below"]
+        if gain["value"] is None:
+            check("throughput_c1", FAIL, "no throughput measurement at concurrency 1 on both sides")
         else:
-            figure["worst"] = max(cand_runs) / min(base_runs)
-            figure["best"] = min(cand_runs) / max(base_runs)
-    return figure
+            text = line("throughput at c=1", gain)
+            verdict = _verdict(gain["lower"], gain["upper"], min_gain)
+            if gain["upper"] < floor:
+                check("disable_below", FAIL, f"{text} is under the {_pct(floor)} floor: speculation always off")
+            elif verdict == PASS:
+                check("throughput_c1", PASS, f"{text} clears the {_pct(min_gain)} needed")
+            elif verdict == FAIL:
+                check("throughput_c1", FAIL, f"{text} is below the {_pct(min_gain)} needed")
+            else:
+                check("throughput_c1", OPEN, f"{text} straddles the {_pct(min_gain)} needed")
+        min_drop = policy["specfleet_gate_min_tpot_drop"]
+        drop = figures["tpot_drop_c1"]
+        if drop["value"] is None:
+            check("tpot_c1", FAIL, "no TPOT at concurrency 1 on both sides")
+        else:
+            text = (f"TPOT at c=1 {_pct(-drop['value'])} ({_num(drop['baseline'])} -> {_num(drop['candidate'])} ms; "
+                    f"drop {level_pct} {_pct(drop['lower'], False)} .. {_pct(drop['upper'], False)})")
+            verdict = _verdict(drop["lower"], drop["upper"], min_drop)
+            wording = {PASS: f"clears the {_pct(min_drop, False)} drop",
+                       FAIL: f"a drop of at least {_pct(min_drop, False)} is needed",
+                       OPEN: f"straddles the {_pct(min_drop, False)} drop needed"}[verdict]
+            check("tpot_c1", verdict, f"{text}: {wording}")
+    else:
+        # A guard against harm: the data must show a loss beyond the margin to revert. Asking
+        # them to prove no loss would revert most units whose chat is break-even (the seeds
+        # measured EAGLE-3 at 0.99x on chat) at any affordable number of blocks.
+        for name, label, found in (("throughput_c1", "throughput at c=1", gain),
+                                   ("throughput_c8", "throughput at c=8", load)):
+            if found["value"] is None:
+                check(name, FAIL, f"no {label} measurement on both sides")
+            elif found["upper"] < -margin:
+                check(name, FAIL, f"{line(label, found)}: regresses beyond the {_pct(margin, False)} margin")
+            else:
+                check(name, PASS, f"{line(label, found)}: no regression beyond the {_pct(margin, False)} margin shown")
+        return checks, figures
+    if load["value"] is None:
+        check("throughput_c8", FAIL, "no throughput measurement at concurrency 8 on both sides: "
+                                     "a regression under load cannot be ruled out")
+    else:
+        verdict = _verdict(load["lower"], load["upper"], -margin)
+        wording = {PASS: "no regression under load", FAIL: "regresses under load",
+                   OPEN: "cannot rule out a regression under load"}[verdict]
+        check("throughput_c8", verdict, f"{line('throughput at c=8', load)}: {wording} "
+                                        f"(margin {_pct(margin, False)})")
+    return checks, figures
 
 
 def _acceptance_text(acceptance: Mapping[str, Any] | None) -> str:
     if not acceptance:
         return "unavailable (the server exposes no spec-decode counters)"
     rate, length = acceptance.get("rate"), acceptance.get("mean_length")
-    if rate is None:
+    if rate is None or length is None:
         return f"unavailable (no drafts in the window: {acceptance.get('drafts', 0)} drafts)"
     per_position = acceptance.get("per_position") or []
     positions = "/".join(f"{p:.2f}" for p in per_position)
@@ -103,201 +238,182 @@ def _acceptance_text(acceptance: Mapping[str, Any] | None) -> str:
     )
 
 
-def _workload_checks(
-    workload: str, baseline: Mapping[str, Any], candidate: Mapping[str, Any], policy: Mapping[str, Any]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(checks, figures) of one workload; each check: {check, passed, reason}."""
-    min_gain = policy["specfleet_gate_min_throughput_gain"]
-    min_drop = policy["specfleet_gate_min_tpot_drop"]
-    floor = policy["specfleet_gate_disable_below"]
-    max_regression = policy["specfleet_gate_max_c8_regression"]
-    checks: list[dict[str, Any]] = []
-
-    def check(name: str, passed: bool, reason: str) -> None:
-        checks.append({"workload": workload, "check": name, "passed": passed, "reason": f"{workload}: {reason}"})
-
-    base1, cand1 = cell(baseline, workload, SINGLE), cell(candidate, workload, SINGLE)
-    base8, cand8 = cell(baseline, workload, LOADED), cell(candidate, workload, LOADED)
-
-    gain = _ratio(median_throughput(base1), median_throughput(cand1), throughput_runs(base1),
-                  throughput_runs(cand1), higher_is_better=True)
-    tpot = _ratio(tpot_p50(base1), tpot_p50(cand1), tpot_runs(base1), tpot_runs(cand1), higher_is_better=False)
-    load = _ratio(median_throughput(base8), median_throughput(cand8), throughput_runs(base8),
-                  throughput_runs(cand8), higher_is_better=True)
-    figures = {
-        "throughput_gain_c1": _as_change(gain),
-        "tpot_drop_c1": _as_drop(tpot),
-        "throughput_change_c8": _as_change(load),
-        "acceptance_c1": cell_acceptance(cand1) if cand1 else None,
-        "acceptance_c1_text": _acceptance_text(cell_acceptance(cand1)) if cand1 else "not measured",
-    }
-
-    # Throughput at concurrency 1.
-    if gain["ratio"] is None:
-        check("throughput_c1", False, "no throughput measurement at concurrency 1 on both sides")
-    else:
-        value, worst = gain["ratio"] - 1.0, (gain["worst"] - 1.0) if gain["worst"] is not None else None
-        line = (f"throughput at c=1 {_pct(value)} ({_num(gain['baseline'])} -> {_num(gain['candidate'])} tok/s; "
-                f"run spread baseline {_pct(gain['baseline_spread'], False)}, "
-                f"speculative {_pct(gain['candidate_spread'], False)}; worst-case pairing {_pct(worst)})")
-        if value < floor:
-            check("disable_below", False, f"{line} is under the {_pct(floor)} floor: speculation always off")
-        elif value < min_gain:
-            check("throughput_c1", False, f"{line} is below the {_pct(min_gain)} needed")
-        elif min(gain["runs"]) < MIN_RUNS:
-            check("noise", False, f"{line} rests on {min(gain['runs'])} run(s) per side: no spread to judge noise")
-        elif worst is None or worst < min_gain:
-            check("noise", False, f"{line}: the spread cannot support it, the worst-case pairing is below the "
-                                  f"{_pct(min_gain)} needed")
-        else:
-            check("throughput_c1", True, f"{line} meets {_pct(min_gain)}")
-
-    # TPOT p50 at concurrency 1.
-    if tpot["ratio"] is None:
-        check("tpot_c1", False, "no TPOT p50 at concurrency 1 on both sides")
-    else:
-        drop = 1.0 - tpot["ratio"]
-        worst = (1.0 - tpot["worst"]) if tpot["worst"] is not None else None
-        line = (f"TPOT p50 at c=1 {_pct(-drop)} ({_num(tpot['baseline'])} -> {_num(tpot['candidate'])} ms; "
-                f"worst-case pairing {_pct(-worst) if worst is not None else 'n/a'})")
-        if drop < min_drop:
-            check("tpot_c1", False, f"{line}: a drop of at least {_pct(min_drop, False)} is needed")
-        elif worst is None or worst < min_drop or min(tpot["runs"]) < MIN_RUNS:
-            check("noise", False, f"{line}: the spread cannot support a {_pct(min_drop, False)} drop")
-        else:
-            check("tpot_c1", True, f"{line} meets the {_pct(min_drop, False)} drop")
-
-    # Throughput at concurrency 8.
-    if load["ratio"] is None:
-        check("throughput_c8", False, "no throughput measurement at concurrency 8 on both sides: "
-                                      "a regression under load cannot be ruled out")
-    else:
-        change = load["ratio"] - 1.0
-        worst = (load["worst"] - 1.0) if load["worst"] is not None else None
-        line = (f"throughput at c=8 {_pct(change)} ({_num(load['baseline'])} -> {_num(load['candidate'])} tok/s; "
-                f"worst-case pairing {_pct(worst)})")
-        allowed = f"{_pct(-max_regression)}" if max_regression else "no loss"
-        if change < -max_regression:
-            check("throughput_c8", False, f"{line}: regresses under load (allowed: {allowed})")
-        elif worst is None or worst < -max_regression or min(load["runs"]) < MIN_RUNS:
-            check("noise", False, f"{line}: the spread cannot rule out a regression under load (allowed: {allowed})")
-        else:
-            check("throughput_c8", True, f"{line}: no regression under load")
-    return checks, figures
+def drift(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: str,
+          policy: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The baseline's largest change between two successive baseline blocks (time per token at
+    c=1; +0.04 = 4 % slower), with its two-sided interval; ``beyond_noise`` when the whole
+    interval lies beyond ``specfleet_gate_max_drift`` (the change is surely that large). The
+    interleaving cancels a steady drift; one this large is likely not steady (a step: clocks,
+    heat, a neighbour), which it would not cancel."""
+    noise = policy["specfleet_gate_block_noise"]
+    found = [estimate for weights in paired.drift_weights(sides)
+             if (estimate := _estimate(benches, weights, workload, SINGLE, "time_per_token", noise)) is not None]
+    if not found:
+        return None
+    largest = max(found, key=lambda estimate: abs(estimate.log_ratio))
+    two_sided = 1 - (1 - policy["specfleet_gate_confidence"]) / 2
+    lower, upper = largest.lower(two_sided), largest.upper(two_sided)
+    limit = policy["specfleet_gate_max_drift"]
+    beyond = lower > 1 + limit or upper < 1 - limit
+    return {"value": round(largest.ratio - 1, 4), "lower": round(lower - 1, 4), "upper": round(upper - 1, 4),
+            "beyond_noise": beyond}
 
 
-def _as_change(figure: dict[str, Any]) -> dict[str, Any]:
-    """A ratio figure as a signed change (+0.35 = +35 %)."""
-    return {
-        "value": None if figure["ratio"] is None else round(figure["ratio"] - 1.0, 4),
-        "worst_case": None if figure["worst"] is None else round(figure["worst"] - 1.0, 4),
-        "best_case": None if figure["best"] is None else round(figure["best"] - 1.0, 4),
-        "baseline": figure["baseline"],
-        "candidate": figure["candidate"],
-        "baseline_spread": None if figure["baseline_spread"] is None else round(figure["baseline_spread"], 4),
-        "candidate_spread": None if figure["candidate_spread"] is None else round(figure["candidate_spread"], 4),
-        "runs": figure["runs"],
-    }
+# ---- the output check -------------------------------------------------------------------------------
+def first_divergence(base: Sequence[str], cand: Sequence[str]) -> int | None:
+    """Index of the first token where the two answers differ (one ending early counts); None
+    when they are the same."""
+    for index, (left, right) in enumerate(zip(base, cand, strict=False)):
+        if left != right:
+            return index
+    return None if len(base) == len(cand) else min(len(base), len(cand))
 
 
-def _as_drop(figure: dict[str, Any]) -> dict[str, Any]:
-    """A TPOT ratio as a drop (+0.25 = 25 % lower TPOT)."""
-    change = _as_change(figure)
-    for key in ("value", "worst_case", "best_case"):
-        if change[key] is not None:
-            change[key] = round(-change[key], 4)
-    return change
+def _first_c1_texts(bench: Mapping[str, Any], workload: str) -> dict[str, str]:
+    """prompt -> text digest of the first concurrency-1 run: the requests the output check repeats."""
+    runs = (cell(bench, workload, SINGLE) or {}).get("runs") or []
+    return {request["prompt"]: request["text"] for request in (runs[0].get("requests") if runs else []) or []
+            if request.get("prompt") and request.get("text")}
 
 
-def decide(baseline: Mapping[str, Any], candidate: Mapping[str, Any], policy: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep or revert speculation from a baseline and a candidate spec_bench result.
+def output_check(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], tie_gap: float) -> dict[str, Any]:
+    """Token by token, each speculative block's answers against the first baseline block's, for
+    every prompt both checked: ``diverged`` (confident divergences: revert), ``ties`` (first
+    divergence where the baseline's two best tokens were within ``tie_gap``), ``unstable`` (a
+    side that answered the same request differently in the same block), ``compared``."""
+    result: dict[str, Any] = {"compared": 0, "identical": 0, "ties": [], "diverged": [], "unstable": [],
+                              "unavailable": []}
+    baseline = next((bench for bench, side in zip(benches, sides, strict=True) if side == paired.BASELINE), None)
+    for bench, side in zip(benches, sides, strict=True):
+        for workload, answers in (bench.get("outputs") or {}).items():
+            measured = _first_c1_texts(bench, workload)
+            for prompt, answer in answers.items():
+                if measured.get(prompt) and measured[prompt] != answer.get("text"):
+                    result["unstable"].append({"side": side, "workload": workload, "prompt": prompt})
+    if baseline is None:
+        return result
+    for bench, side in zip(benches, sides, strict=True):
+        if side != paired.SPECULATIVE:
+            continue
+        for workload, answers in (bench.get("outputs") or {}).items():
+            reference = (baseline.get("outputs") or {}).get(workload) or {}
+            for prompt, answer in answers.items():
+                base = reference.get(prompt)
+                if not base or not base.get("tokens") or not answer.get("tokens"):
+                    result["unavailable"].append({"workload": workload, "prompt": prompt})
+                    continue
+                result["compared"] += 1
+                index = first_divergence(base["tokens"], answer["tokens"])
+                if index is None:
+                    result["identical"] += 1
+                    continue
+                margins = base.get("margins") or []
+                gap = margins[index] if index < len(margins) else None
+                found = {"workload": workload, "prompt": prompt, "position": index, "baseline_gap": gap,
+                         "baseline_token": base["tokens"][index] if index < len(base["tokens"]) else None,
+                         "speculative_token": answer["tokens"][index] if index < len(answer["tokens"]) else None}
+                (result["ties"] if gap is not None and gap <= tie_gap else result["diverged"]).append(found)
+    return result
 
-    Returns ``decision`` ("keep" | "revert"), ``reasons`` (sentences with numbers, the ones
-    that decided first), ``figures`` (per gated workload: throughput gain at c=1, TPOT drop
-    at c=1 and throughput change at c=8, each with worst/best case and both sides' run
-    spreads; candidate acceptance or null), ``checks`` and ``output_mismatch``.
 
-    Output mismatch forces a revert. At temperature 0 vLLM's speculative decoding verifies
-    every drafted token against the target's own argmax, so the greedy text must be the
-    one the baseline produced; a different text means a broken drafter/verifier setup, a
-    runtime bug, or numerics that differ between the two servers (e.g. another kernel
-    path). None of these should reach users silently, and a throughput gain bought with
-    different outputs is not the same service, so the gate reverts and says so. If either
-    side's own repetitions disagree (``output_stable`` false), outputs are not
-    deterministic on that server at all and the comparison cannot blame speculation: it
-    is reported as inconclusive and does not by itself revert.
+def _output_checks(found: Mapping[str, Any], tie_gap: float) -> list[dict[str, Any]]:
+    checks = []
+    unstable = [entry for entry in found["unstable"] if entry["side"] == paired.SPECULATIVE]
+    if unstable:
+        first = unstable[0]
+        checks.append({"workload": first["workload"], "check": "output_check", "verdict": FAIL,
+                       "reason": f"{first['workload']}: the speculative server answered the same request "
+                                 f"differently twice at temperature 0 ({len(unstable)} prompt(s), first "
+                                 f"{first['prompt']})"})
+    if found["diverged"]:
+        first = found["diverged"][0]
+        gap = "no alternative sent" if first["baseline_gap"] is None else f"{first['baseline_gap']:.3f}"
+        checks.append({"workload": first["workload"], "check": "output_check", "verdict": FAIL,
+                       "reason": f"{first['workload']}: speculation changed the output where the baseline was "
+                                 f"confident ({len(found['diverged'])} of {found['compared']} answers; first at "
+                                 f"token {first['position']} of {first['prompt']}: {first['baseline_token']!r} -> "
+                                 f"{first['speculative_token']!r}, the baseline's lead {gap} > {tie_gap})"})
+    elif found["compared"]:
+        ties = f"; {len(found['ties'])} diverged at a numerics tie (lead <= {tie_gap})" if found["ties"] else ""
+        checks.append({"workload": "outputs", "check": "output_check", "verdict": PASS,
+                       "reason": f"outputs: {found['identical']} of {found['compared']} answers identical token by "
+                                 f"token with and without speculation{ties}"})
+    return checks
+
+
+# ---- the decision ---------------------------------------------------------------------------------
+def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep, revert, or measure one more pair of blocks, from the blocks measured so far.
+
+    ``blocks``: in measuring order, each {"side": "baseline" | "speculative", "bench": ...}.
+    Returns ``decision`` (keep | revert | measure), ``next`` (the sides to measure next when
+    measuring), ``reasons`` (sentences with numbers, the deciding ones first), ``figures`` (per
+    gated workload), ``checks``, ``drift``, ``output_check``, ``blocks`` and ``thresholds``.
     """
     defaults = gate_defaults()
     merged = {**defaults, **{k: v for k, v in (policy or {}).items() if k.startswith("specfleet_gate_")}}
-    base, cand = bench_of(baseline), bench_of(candidate)
+    sides = [block["side"] for block in blocks]
+    benches = [bench_of(block["bench"]) for block in blocks]
     workloads = list(merged["specfleet_gate_workloads"] or defaults["specfleet_gate_workloads"])
+    budget = merged["specfleet_gate_max_blocks"]
     failing: list[str] = []
+    opened: list[str] = []
     passing: list[str] = []
     notes: list[str] = []
+    result: dict[str, Any] = {"figures": {}, "checks": [], "drift": None, "output_check": None, "blocks": sides,
+                              "gate_workloads": workloads, "thresholds": {k: merged[k] for k in defaults}}
 
-    for side, bench in (("baseline", base), ("speculative", cand)):
-        if not bench:
-            failing.append(f"{side} benchmark result is missing")
-        elif not bench.get("ok", False):
+    for side, bench in zip(sides, benches, strict=True):
+        if not bench.get("ok", False):
             failure = bench.get("failure") or {}
-            failing.append(
-                f"{side} benchmark failed ({failure.get('class', 'unknown')}): "
-                f"{failure.get('message', 'no reason given')}"
-            )
+            failing.append(f"{side} benchmark failed ({failure.get('class', 'unknown')}): "
+                           f"{failure.get('message', 'no reason given')}")
+    if paired.SPECULATIVE not in sides or paired.BASELINE not in sides:
+        failing.append(f"blocks {'/'.join(sides) or 'none'}: a comparison needs a baseline and a speculative block")
+    if failing:
+        return {**result, "decision": REVERT, "next": [],
+                "reasons": [f"revert to the baseline: {len(failing)} check(s) failed", *failing]}
 
-    checks: list[dict[str, Any]] = []
-    figures: dict[str, Any] = {}
-    for workload in workloads:
-        workload_checks, workload_figures = _workload_checks(workload, base, cand, merged)
-        checks.extend(workload_checks)
-        figures[workload] = workload_figures
+    for number, workload in enumerate(workloads):
+        workload_checks, workload_figures = _workload_checks(workload, number == 0, benches, sides, merged)
+        result["checks"].extend(workload_checks)
+        result["figures"][workload] = workload_figures
         notes.append(f"{workload}: speculative acceptance at c=1 {workload_figures['acceptance_c1_text']}")
-    for item in checks:
-        (passing if item["passed"] else failing).append(item["reason"])
+    shifted = drift(benches, sides, workloads[0], merged)
+    result["drift"] = shifted
+    if shifted is not None:
+        text = (f"baseline drift between successive baseline blocks {_pct(shifted['value'])} "
+                f"({_pct(shifted['lower'])} .. {_pct(shifted['upper'])})")
+        result["checks"].append({"workload": workloads[0], "check": "drift",
+                                 "verdict": OPEN if shifted["beyond_noise"] else PASS,
+                                 "reason": f"{workloads[0]}: {text}" + (
+                                     ": beyond the noise, the comparison is not trusted" if shifted["beyond_noise"]
+                                     else ": within the noise")})
+    found = output_check(benches, sides, merged["specfleet_gate_tie_logprob_gap"])
+    result["output_check"] = found
+    result["checks"].extend(_output_checks(found, merged["specfleet_gate_tie_logprob_gap"]))
+    if not found["compared"]:
+        notes.append("outputs: token-level comparison unavailable (no output check on both sides)")
+    baseline_unstable = [entry for entry in found["unstable"] if entry["side"] == paired.BASELINE]
+    if baseline_unstable:
+        notes.append(f"outputs: the baseline answered the same request differently twice "
+                     f"({len(baseline_unstable)} prompt(s)): its own numerics are not deterministic")
 
-    # Greedy outputs: every measured workload, not only the gated ones.
-    mismatch = False
-    base_hashes = base.get("output_hashes") or {}
-    cand_hashes = cand.get("output_hashes") or {}
-    for workload in sorted(set(base_hashes) | set(cand_hashes)):
-        left, right = base_hashes.get(workload), cand_hashes.get(workload)
-        if not left or not right:
-            notes.append(f"{workload}: greedy output comparison unavailable (no complete run on both sides)")
-            continue
-        if left == right:
-            passing.append(f"{workload}: greedy outputs identical with and without speculation")
-            continue
-        unstable = [
-            side for side, bench in (("baseline", base), ("speculative", cand))
-            if (bench.get("output_stable") or {}).get(workload) is False
-        ]
-        if unstable:
-            notes.append(
-                f"{workload}: greedy outputs differ, but the {' and '.join(unstable)} server's own runs already "
-                "disagree at temperature 0: output comparison inconclusive"
-            )
-        else:
-            mismatch = True
-            failing.append(
-                f"{workload}: greedy outputs differ with speculation (sha256 {left[:12]} vs {right[:12]}); "
-                "at temperature 0 speculative decoding must not change outputs"
-            )
-
-    decision = "revert" if failing else "keep"
-    headline = (
-        "keep speculation: every gated check passed"
-        if decision == "keep"
-        else f"revert to the baseline: {len(failing)} check(s) failed"
-    )
-    return {
-        "decision": decision,
-        "reasons": [headline, *failing, *passing, *notes],
-        "figures": figures,
-        "checks": checks,
-        "output_mismatch": mismatch,
-        "gate_workloads": workloads,
-        "thresholds": {k: merged[k] for k in defaults},
-    }
+    for item in result["checks"]:
+        {FAIL: failing, OPEN: opened, PASS: passing}[item["verdict"]].append(item["reason"])
+    if failing:
+        decision, headline = REVERT, f"revert to the baseline: {len(failing)} check(s) failed"
+    elif opened and len(sides) + 2 <= budget:
+        decision, headline = MEASURE, (f"measure one more pair of blocks: {len(opened)} check(s) inconclusive "
+                                       f"after {len(sides)} blocks")
+    elif opened:
+        decision, headline = REVERT, (f"revert to the baseline: still inconclusive after {len(sides)} blocks "
+                                      f"(budget {budget}, specfleet_gate_max_blocks)")
+    else:
+        decision, headline = KEEP, "keep speculation: every gated check passed"
+    return {**result, "decision": decision,
+            "next": [paired.SPECULATIVE, paired.BASELINE] if decision == MEASURE else [],
+            "reasons": [headline, *failing, *opened, *passing, *notes]}
 
 
 # ---- draft length ------------------------------------------------------------------------

@@ -310,9 +310,26 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"specfleet_gate_disable_below: {floor} is above specfleet_gate_min_throughput_gain {gain}; "
             "the gate could never keep speculation"
         )
-    c8 = policy["specfleet_gate_max_c8_regression"]
-    if not _is_number(c8) or not 0 <= c8 < 1:
-        problems.append(f"specfleet_gate_max_c8_regression: must be a share 0 <= x < 1, got {c8!r}")
+    margin = policy["specfleet_gate_margin"]
+    if not _is_number(margin) or not 0 <= margin < 1:
+        problems.append(f"specfleet_gate_margin: must be a share 0 <= x < 1 (0.03 = 3%), got {margin!r}")
+    confidence = policy["specfleet_gate_confidence"]
+    if not _is_number(confidence) or not 0.5 < confidence < 1:
+        problems.append(f"specfleet_gate_confidence: must be a probability 0.5 < x < 1 (0.90), got {confidence!r}")
+    blocks = policy["specfleet_gate_max_blocks"]
+    if type(blocks) is not int or blocks < 3 or blocks % 2 == 0:
+        problems.append(
+            f"specfleet_gate_max_blocks: must be an odd integer >= 3 (baseline, speculative, baseline, ...), "
+            f"got {blocks!r}")
+    max_drift = policy["specfleet_gate_max_drift"]
+    if not _is_number(max_drift) or not 0 <= max_drift < 1:
+        problems.append(f"specfleet_gate_max_drift: must be a share 0 <= x < 1, got {max_drift!r}")
+    block_noise = policy["specfleet_gate_block_noise"]
+    if not _is_number(block_noise) or not 0 <= block_noise < 1:
+        problems.append(f"specfleet_gate_block_noise: must be a share 0 <= x < 1, got {block_noise!r}")
+    tie = policy["specfleet_gate_tie_logprob_gap"]
+    if not _is_number(tie) or tie < 0:
+        problems.append(f"specfleet_gate_tie_logprob_gap: must be a number of nats >= 0, got {tie!r}")
     gate_workloads = policy["specfleet_gate_workloads"]
     if not isinstance(gate_workloads, list) or not gate_workloads:
         problems.append(f"specfleet_gate_workloads: must be a non-empty list of workloads, got {gate_workloads!r}")

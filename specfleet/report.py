@@ -20,8 +20,8 @@ from typing import Any
 DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
     "host", "device_class", "model", "power", "decision", "method", "num_speculative_tokens", "serving",
-    "workload", "speedup_c1", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
-    "acceptance_rate", "mean_acceptance_length", "reasons",
+    "workload", "speedup_c1", "speedup_c1_bounds", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
+    "acceptance_rate", "mean_acceptance_length", "blocks", "baseline_drift", "output_check", "reasons",
 )
 
 
@@ -50,11 +50,15 @@ def latest_run(runs_dir: Path) -> Path | None:
 
 
 def gated(record: Mapping) -> tuple[str | None, Mapping]:
-    """(workload, the gate's own figures for it) of the first workload the unit was gated on
-    (specfleet.gate.decide), or (None, {}) for a unit the gate did not judge."""
-    for workload, figures in (record.get("figures") or {}).items():
-        if isinstance(figures, Mapping):
-            return workload, figures
+    """(workload, the gate's own figures for it) of the primary workload the unit was gated on
+    (specfleet.gate.decide; the measurement names the gated workloads in order, since a record
+    read back from JSON written with sorted keys has lost the figures' order), or (None, {}) for
+    a unit the gate did not judge."""
+    figures = record.get("figures") or {}
+    order = [*((record.get("measurement") or {}).get("workloads") or []), *figures]
+    for workload in order:
+        if isinstance(figures.get(workload), Mapping):
+            return workload, figures[workload]
     return None, {}
 
 
@@ -72,6 +76,34 @@ def tpot_p50(record: Mapping, side: str) -> float | None:
 
 def acceptance(record: Mapping) -> Mapping | None:
     return gated(record)[1].get("acceptance_c1")
+
+
+def speedup_bounds(record: Mapping) -> str | None:
+    """The c=1 speedup's one-sided bounds at the gate's confidence, as "1.28..1.41"."""
+    gain = gated(record)[1].get("throughput_gain_c1") or {}
+    if gain.get("lower") is None or gain.get("upper") is None:
+        return None
+    return f"{1 + gain['lower']:.2f}..{1 + gain['upper']:.2f}"
+
+
+def drift(record: Mapping) -> float | None:
+    """The baseline's largest change between two of its blocks (+0.04: 4 % slower)."""
+    return ((record.get("measurement") or {}).get("drift") or {}).get("value")
+
+
+def output_check(record: Mapping) -> str | None:
+    """The token-level output check in a few words: identical answers, ties, divergences."""
+    found = (record.get("measurement") or {}).get("output_check") or {}
+    if not found.get("compared"):
+        return None
+    text = f"{found.get('identical', 0)}/{found['compared']} identical"
+    if found.get("ties"):
+        text += f", {len(found['ties'])} numerics tie(s)"
+    if found.get("diverged"):
+        text += f", {len(found['diverged'])} DIVERGED"
+    if found.get("unstable"):
+        text += f", {len(found['unstable'])} unstable"
+    return text
 
 
 def power(record: Mapping) -> str | None:
@@ -97,11 +129,15 @@ def row(record: Mapping) -> dict[str, Any]:
         "serving": record.get("serving"),
         "workload": gated(record)[0],
         "speedup_c1": speedup(record),
+        "speedup_c1_bounds": speedup_bounds(record),
         "tpot_p50_baseline_ms": tpot_p50(record, "baseline"),
         "tpot_p50_speculative_ms": tpot_p50(record, "candidate"),
         "speedup_c8": speedup(record, concurrency="c8"),
         "acceptance_rate": accepted.get("rate"),
         "mean_acceptance_length": accepted.get("mean_length"),
+        "blocks": len((record.get("measurement") or {}).get("blocks") or []) or None,
+        "baseline_drift": drift(record),
+        "output_check": output_check(record),
         "reasons": "; ".join(record.get("reasons") or []),
     }
 
@@ -142,6 +178,10 @@ def to_csv(records: Sequence[Mapping]) -> str:
     return buffer.getvalue()
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None:
         return "-"
@@ -156,18 +196,20 @@ def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
         f"{totals['units']} units: **{totals['kept']} kept**, {totals['reverted']} reverted, "
         f"{totals['failed']} failed.",
         "",
-        "| host | class | power | decision | method | k | speedup c=1 | TPOT p50 base/spec (ms) | speedup c=8 "
-        "| acceptance |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| host | class | power | decision | method | k | speedup c=1 (bounds) | TPOT p50 base/spec (ms) "
+        "| speedup c=8 | acceptance | blocks | baseline drift | outputs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for record in records:
         values = row(record)
         lines.append(
             f"| {values['host']} | {values['device_class']} | {_fmt(values['power'])} | {values['decision']} | "
             f"{values['method'] or '-'} | "
-            f"{_fmt(values['num_speculative_tokens'])} | {_fmt(values['speedup_c1'])} | "
+            f"{_fmt(values['num_speculative_tokens'])} | {_fmt(values['speedup_c1'])} "
+            f"({_fmt(values['speedup_c1_bounds'])}) | "
             f"{_fmt(values['tpot_p50_baseline_ms'], 1)} / {_fmt(values['tpot_p50_speculative_ms'], 1)} | "
-            f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} |"
+            f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} | {_fmt(values['blocks'])} | "
+            f"{_pct(values['baseline_drift'])} | {_fmt(values['output_check'])} |"
         )
     lines += ["", "## Reasons", ""]
     for record in records:

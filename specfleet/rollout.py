@@ -11,7 +11,9 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``outcome``: the unit's result for the report so far (None until there is one);
 - ``done``: nothing more to measure; ``failed``: the unit counts as failed;
 - ``earlier``: the decision an earlier run took for this candidate, when it is reused;
-- ``baseline_bench`` / ``candidate_bench``: spec_bench results that completed;
+- ``blocks``: the measurement so far, in order: {side, bench} per block (baseline and
+  speculative taking turns, specfleet.gate); ``next``: the side to serve and measure next
+  (None: measuring is over), ``next_serving`` the serving that means;
 - ``remeasure_reasons``: why a unit with an earlier decision was measured again;
 - ``failure``, ``reported_benches``: why a step failed, and the benches as registered then;
 - ``fallback``, ``known_good_failure``: what the rollback is trying after a failure, and why
@@ -26,7 +28,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specfleet import gate, release, report, serving
+from specfleet import gate, paired, release, report, serving
 from specfleet import policy as policy_module
 
 State = dict[str, Any]
@@ -35,7 +37,7 @@ State = dict[str, Any]
 def _state(**fields: Any) -> State:
     state: State = {
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
-        "done": False, "failed": False, "earlier": None, "baseline_bench": None, "candidate_bench": None,
+        "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
         "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
         "known_good_failure": None, "retry": None,
     }
@@ -117,30 +119,41 @@ def _placed_retry(plan: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict
 
 
 # ---- measuring -----------------------------------------------------------------------------
+# The order blocks are measured in: baseline, speculative, baseline, then more pairs
+# (speculative, baseline) while the gate asks for them (specfleet.gate: MEASURE).
+FIRST_BLOCKS = (paired.BASELINE, paired.SPECULATIVE, paired.BASELINE)
+
+
+def _measuring(state: Mapping[str, Any], side: str | None, **fields: Any) -> State:
+    """``state`` with ``fields`` and ``side`` to be served and measured next."""
+    updated = _evolve(state, next=side, **fields)
+    if side == paired.BASELINE:
+        updated["next_serving"] = updated["baseline"]
+    elif side == paired.SPECULATIVE:
+        updated["next_serving"] = (updated.get("retry") or {}).get("serving") or updated["candidate"]
+    else:
+        updated["next_serving"] = None
+    return updated
+
+
 def baseline_serving(state: Mapping[str, Any]) -> State:
     """The baseline serves while the candidate is measured; it is the known-good unless
-    another serving already is (release.baseline_serving)."""
+    another serving already is (release.baseline_serving). Measuring starts with it."""
     record = release.baseline_serving(state["record"], state["baseline"], state["candidate"]["spec_id"])
-    return _evolve(state, record=record, serve=None)
+    return _measuring(state, paired.BASELINE, record=record, serve=None)
 
 
-def baseline_measured(state: Mapping[str, Any], plan: Mapping[str, Any], bench: Mapping[str, Any]) -> State:
-    """The baseline's bench completed. With no speculative method that fits, that is the
-    whole measurement: the unit keeps its baseline."""
-    state = _evolve(state, baseline_bench=dict(bench))
-    if plan.get("speculative") is not None:
-        return state
-    outcome = {"decision": "reverted", "reasons": [*plan["reasons"], *state["remeasure_reasons"]],
-               "baseline": dict(bench), "serving": "baseline"}
-    return _evolve(state, outcome=outcome, done=True)
+def baseline_blocks(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [block["bench"] for block in state.get("blocks") or [] if block["side"] == paired.BASELINE]
 
 
 def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], task: str,
                             result: Mapping[str, Any]) -> State:
     """The speculative serving did not start. Out of memory at start (``oom_at_start``), the
-    plan's lighter variant is started once in its place; any other failure, the retry's own, or
-    a plan without a variant is the unit's failure: ``serve`` stays None and ``failure`` says
-    why, for the playbook to fail with (then ``failed`` rolls the unit back)."""
+    plan's lighter variant is started once in its place (and in every later speculative block);
+    any other failure, the retry's own, or a plan without a variant is the unit's failure:
+    ``serve`` stays None and ``failure`` says why, for the playbook to fail with (then
+    ``failed`` rolls the unit back)."""
     failure = failure_of(task, result)
     retry = _placed_retry(plan, state["candidate"])
     if failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None:
@@ -148,42 +161,100 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
     cause = (failure["decisive_lines"] or [failure["message"]])[0]
     reason = (f"the speculative serving ran out of memory at start ({cause}); started once more with "
               f"{plan['oom_retry']['change']}")
-    return _evolve(state, serve=retry, retry={"serving": retry, "reason": reason})
+    return _measuring(state, paired.SPECULATIVE, serve=retry, retry={"serving": retry, "reason": reason})
 
 
-def candidate_measured(
+def slim(bench: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A bench as the unit's record keeps it: its figures, without the per-request records and
+    the output check's tokens (the gate has read them; the record stays small)."""
+    if bench is None:
+        return None
+    results = {
+        workload: {level: {**cell, "runs": [{key: value for key, value in run.items() if key != "requests"}
+                                            for run in cell.get("runs") or []]}
+                   for level, cell in cells.items()}
+        for workload, cells in (bench.get("results") or {}).items()
+    }
+    return {**{key: value for key, value in bench.items() if key != "outputs"}, "results": results}
+
+
+def block_measured(
     state: Mapping[str, Any],
     plan: Mapping[str, Any],
     bench: Mapping[str, Any],
     policy: Mapping[str, Any],
     resolved_speculative_config: Mapping[str, Any] | None = None,
 ) -> State:
-    """The gate's decision on the two benches: keep the candidate (it becomes the
-    known-good), or serve the known-good again."""
-    verdict = gate.decide(state["baseline_bench"], bench, policy)
-    keep = verdict["decision"] == "keep"
+    """One block's bench completed (of the side ``state["next"]`` named). With no speculative
+    method that fits, the first baseline block is the whole measurement. Otherwise the blocks go
+    baseline, speculative, baseline; after each baseline block that follows a speculative one the
+    gate decides: keep (the candidate is served again and becomes the known-good), revert (the
+    known-good serves), or measure one more pair."""
+    side = state["next"]
+    blocks = [*(state.get("blocks") or []), {"side": side, "bench": dict(bench)}]
+    fields: dict[str, Any] = {"blocks": blocks}
+    if side == paired.SPECULATIVE and resolved_speculative_config and not state.get("resolved_speculative_config"):
+        fields["resolved_speculative_config"] = dict(resolved_speculative_config)
+    state = _evolve(state, **fields)
+    if plan.get("speculative") is None:
+        outcome = {"decision": "reverted", "reasons": [*plan["reasons"], *state["remeasure_reasons"]],
+                   "baseline": slim(bench), "serving": "baseline"}
+        return _measuring(state, None, outcome=outcome, done=True)
+    if len(blocks) < len(FIRST_BLOCKS):
+        return _measuring(state, FIRST_BLOCKS[len(blocks)])
+    if side == paired.SPECULATIVE:
+        return _measuring(state, paired.BASELINE)
+    verdict = gate.decide(blocks, policy)
+    if verdict["decision"] == gate.MEASURE:
+        return _measuring(state, verdict["next"][0])
+    return _decided(state, plan, policy, verdict)
+
+
+def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[str, Any],
+             verdict: Mapping[str, Any]) -> State:
+    """The gate's keep or revert: what the unit serves and records."""
+    keep = verdict["decision"] == gate.KEEP
     record = state["record"]
     known_good = record.get("known_good")
     retry = state.get("retry")
+    blocks = state["blocks"]
+    first_baseline = next(block["bench"] for block in blocks if block["side"] == paired.BASELINE)
+    last_candidate = [block["bench"] for block in blocks if block["side"] == paired.SPECULATIVE][-1]
     advice = _draft_length_advice(plan, policy, verdict["figures"])
     outcome = {
         "decision": "kept" if keep else "reverted",
         "reasons": [*plan["reasons"], *_retry_reasons(state), *verdict["reasons"], *advice,
                     *state["remeasure_reasons"]],
         "figures": verdict["figures"],
-        "baseline": state["baseline_bench"],
-        "speculative": dict(bench),
-        "resolved_speculative_config": resolved_speculative_config,
+        "measurement": measurement(verdict),
+        "baseline": slim(first_baseline),
+        "speculative": slim(last_candidate),
+        "resolved_speculative_config": state.get("resolved_speculative_config"),
         "serving": "speculative" if keep else (known_good or {}).get("kind"),
     }
     if retry is not None:
         outcome["retried_spec_id"] = retry["serving"]["spec_id"]
     if keep:
         measured = retry["serving"] if retry is not None else state["candidate"]
-        return _evolve(state, candidate_bench=dict(bench), outcome=outcome, done=True, serve=None,
-                       record=release.known_good(record, measured))
-    return _evolve(state, candidate_bench=dict(bench), outcome=outcome, done=True, serve=known_good,
-                   record=release.serving(record, known_good) if known_good else record)
+        return _measuring(state, None, outcome=outcome, done=True, serve=measured,
+                          record=release.known_good(record, measured))
+    return _measuring(state, None, outcome=outcome, done=True, serve=known_good,
+                      record=release.serving(record, known_good) if known_good else record)
+
+
+def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """How the gate measured, for the report: the blocks, the baseline's drift, the confidence
+    and the output check's findings (first divergences, not every token)."""
+    found = verdict.get("output_check") or {}
+    return {
+        # The gated workloads in the gate's order, the primary first (records are written with
+        # sorted keys, so the figures' own order does not survive).
+        "workloads": list(verdict.get("gate_workloads") or []),
+        "blocks": list(verdict.get("blocks") or []),
+        "confidence": (verdict.get("thresholds") or {}).get("specfleet_gate_confidence"),
+        "drift": verdict.get("drift"),
+        "output_check": {key: found.get(key) for key in ("compared", "identical", "ties", "diverged", "unstable")},
+    }
 
 
 def _draft_length_advice(plan: Mapping[str, Any], policy: Mapping[str, Any], figures: Mapping[str, Any]) -> list[str]:
@@ -215,18 +286,19 @@ def failure_of(task: str, result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def failed(
-    state: Mapping[str, Any],
-    task: str,
-    result: Mapping[str, Any],
-    baseline_bench: Mapping[str, Any] | None = None,
-    candidate_bench: Mapping[str, Any] | None = None,
-) -> State:
-    """A step of the measurement failed: the unit goes back to its known-good serving.
-    ``*_bench`` are the benches as registered, a failed one included, for the report."""
+def failed(state: Mapping[str, Any], task: str, result: Mapping[str, Any]) -> State:
+    """A step of the measurement failed: the unit goes back to its known-good serving. The
+    report gets the first baseline block and the last speculative one, the failed bench (its
+    label says its side) in its place."""
+    reported = {side: next((block["bench"] for block in reversed(state.get("blocks") or [])
+                            if block["side"] == side), None) for side in paired.SIDES}
+    reported[paired.BASELINE] = next(iter(baseline_blocks(state)), None)
+    bench = result.get("bench")
+    if isinstance(bench, Mapping) and bench.get("label") in paired.SIDES and not bench.get("ok", True):
+        reported[bench["label"]] = dict(bench)
     return _evolve(state, failed=True, done=True, failure=failure_of(task, result),
-                   reported_benches={"baseline": baseline_bench, "speculative": candidate_bench},
-                   serve=state["record"].get("known_good"), fallback="known_good")
+                   reported_benches={side: slim(found) for side, found in reported.items()},
+                   serve=state["record"].get("known_good"), fallback="known_good", next=None, next_serving=None)
 
 
 def rollback_did_not_start(state: Mapping[str, Any], failure_class: str) -> State:
@@ -236,7 +308,7 @@ def rollback_did_not_start(state: Mapping[str, Any], failure_class: str) -> Stat
     if state["fallback"] == "known_good":
         kind = (record.get("known_good") or {}).get("kind")
         noted = {"kind": kind, "failure_class": failure_class or "failed"}
-        if state["baseline_bench"] is not None:
+        if baseline_blocks(state):
             return _evolve(state, serve=state["baseline"], fallback="baseline", known_good_failure=noted)
         return _evolve(state, serve=None, fallback=None, known_good_failure=noted,
                        record=release.serving_nothing(record))
@@ -285,7 +357,7 @@ def finish(state: Mapping[str, Any], run_id: str) -> State:
         }
         if known_good:
             record = release.serving(record, known_good)
-        if state["baseline_bench"] is None:
+        if not baseline_blocks(state):
             return _evolve(state, outcome=outcome, record=record)
     decision = {**outcome, "run_id": run_id}
     return _evolve(state, outcome=outcome, record=release.decided(record, state["candidate"]["spec_id"], decision))

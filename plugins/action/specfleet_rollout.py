@@ -20,16 +20,15 @@ except ImportError as exc:
 else:
     SPECFLEET_IMPORT_ERROR = None
 
-STEPS = ("start", "earlier_did_not_start", "baseline_serving", "baseline_measured", "candidate_did_not_start",
-         "candidate_measured", "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
+STEPS = ("start", "earlier_did_not_start", "baseline_serving", "candidate_did_not_start", "block_measured",
+         "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
 # What each step reads from its arguments (the rest comes from the unit's variables).
 ARGUMENTS = {
     "start": ("record", "serve_env", "serve_mounts", "secret_env_names", "remeasure"),
     "earlier_did_not_start": ("failure_class",),
-    "baseline_measured": ("bench",),
     "candidate_did_not_start": ("task", "result"),
-    "candidate_measured": ("bench", "resolved_speculative_config"),
-    "failed": ("task", "result", "baseline_bench", "candidate_bench"),
+    "block_measured": ("bench", "resolved_speculative_config"),
+    "failed": ("task", "result"),
     "rollback_did_not_start": ("failure_class",),
     "rollback": ("record",),
 }
@@ -84,12 +83,9 @@ class ActionModule(ActionBase):
             return getattr(rollout, step)(state)
         if step == "candidate_did_not_start":
             return rollout.candidate_did_not_start(state, plan, args["task"] or "?", args["result"] or {})
-        if step == "baseline_measured":
-            return rollout.baseline_measured(state, plan, args["bench"])
-        if step == "candidate_measured":
+        if step == "block_measured":
             policy = self._templar.template(task_vars.get("specfleet_policy"))
-            return rollout.candidate_measured(state, plan, args["bench"], policy, args["resolved_speculative_config"])
+            return rollout.block_measured(state, plan, args["bench"], policy, args["resolved_speculative_config"])
         if step == "failed":
-            return rollout.failed(state, args["task"] or "?", args["result"] or {}, args["baseline_bench"],
-                                  args["candidate_bench"])
+            return rollout.failed(state, args["task"] or "?", args["result"] or {})
         return rollout.finish(state, run_id)

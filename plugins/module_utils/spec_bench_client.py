@@ -160,9 +160,11 @@ def check_body(body: dict[str, Any]) -> None:
 
 
 def build_request_body(
-    kind: str, model: str, prompt: str, max_tokens: int, seed: int, ignore_eos: bool = False
+    kind: str, model: str, prompt: str, max_tokens: int, seed: int, ignore_eos: bool = False,
+    top_logprobs: int = 0,
 ) -> dict[str, Any]:
-    """Streaming greedy request: temperature 0, explicit top_p, fixed seed, usage chunk."""
+    """Streaming greedy request: temperature 0, explicit top_p, fixed seed, usage chunk; with
+    ``top_logprobs``, each token's logprob and that many best alternatives (the output check)."""
     body: dict[str, Any] = {"model": model}
     if kind == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
@@ -183,6 +185,11 @@ def build_request_body(
     )
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM extension: generate exactly max_tokens
+    if top_logprobs:
+        if kind == "chat":
+            body.update({"logprobs": True, "top_logprobs": top_logprobs})
+        else:
+            body["logprobs"] = top_logprobs
     check_body(body)
     return body
 
@@ -243,6 +250,9 @@ class StreamState:
     finish_reason: str | None = None
     done: bool = False
     error: ClientError | None = None
+    # Per generated token, when logprobs were asked for: (token, its logprob, the best
+    # alternative's logprob or None).
+    token_logprobs: list[tuple[str, float, float | None]] = field(default_factory=list)
 
     def on_event(self, data: str, now: float) -> None:
         if data.strip() == "[DONE]":
@@ -281,6 +291,7 @@ class StreamState:
                 carries_tokens = carries_tokens or content is not None
             if content:
                 self.pieces.append(content)
+            self.token_logprobs.extend(chosen_logprobs(choice.get("logprobs")))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         if carries_tokens:
@@ -289,6 +300,39 @@ class StreamState:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+
+def _alternative(chosen: str, candidates: list[tuple[str, float]]) -> float | None:
+    """The best logprob among the alternatives that are not the chosen token."""
+    others = [logprob for token, logprob in candidates if token != chosen]
+    return max(others) if others else None
+
+
+def chosen_logprobs(logprobs: Any) -> list[tuple[str, float, float | None]]:
+    """(token, logprob, best alternative's logprob) per token of one chunk's ``logprobs``:
+    the chat shape (``content``: [{token, logprob, top_logprobs: [{token, logprob}]}]) or
+    the completions shape (``tokens``, ``token_logprobs``, ``top_logprobs``: [{token: lp}])."""
+    if not isinstance(logprobs, dict):
+        return []
+    found: list[tuple[str, float, float | None]] = []
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        for entry in content:
+            if not isinstance(entry, dict) or entry.get("logprob") is None:
+                continue
+            top = [(str(alt.get("token")), float(alt["logprob"])) for alt in entry.get("top_logprobs") or []
+                   if isinstance(alt, dict) and alt.get("logprob") is not None]
+            token = str(entry.get("token"))
+            found.append((token, float(entry["logprob"]), _alternative(token, top)))
+        return found
+    tokens, values = logprobs.get("tokens") or [], logprobs.get("token_logprobs") or []
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    for token, value, top in zip(tokens, values, tops, strict=False):
+        if value is None:
+            continue
+        alternatives = [(str(t), float(v)) for t, v in (top or {}).items() if v is not None]
+        found.append((str(token), float(value), _alternative(str(token), alternatives)))
+    return found
 
 
 @dataclass
@@ -304,10 +348,16 @@ class RequestResult:
     finish_reason: str | None
     error_class: str | None = None
     error: str | None = None
+    prompt_id: str | None = None
+    token_logprobs: list[tuple[str, float, float | None]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.error_class is None
+
+    @property
+    def bursty(self) -> bool:
+        return stream_arrived_in_bursts(self.sent_at, self.chunk_times)
 
     @property
     def ttft_s(self) -> float | None:
@@ -352,6 +402,27 @@ def tpot(ttft_s: float | None, e2e_s: float | None, completion_tokens: int | Non
     return (e2e_s - ttft_s) / (completion_tokens - 1)
 
 
+# A stream that arrived in bursts: its chunks were held back somewhere (a starved server
+# process, a client that could not read) and then delivered at once, so its timings say
+# nothing about the engine's steps. Seen on the real vLLM CPU server: all 130 chunks of a
+# request within 1 ms after 270 ms, TTFT = E2E and TPOT 0.01 ms. A healthy stream spends its
+# time in many steps of similar length; a bursty one spends most of it in one or two gaps.
+BURST_MIN_CHUNKS = 16  # too few chunks say nothing about how they were spread
+BURST_GAPS = 2
+BURST_SHARE = 0.8
+
+
+def stream_arrived_in_bursts(sent_at: float, chunk_times: list[float]) -> bool:
+    """Most of the request's time (send to last chunk) in its ``BURST_GAPS`` longest intervals
+    (the wait for the first chunk counts as one), over at least ``BURST_MIN_CHUNKS`` chunks."""
+    if len(chunk_times) < BURST_MIN_CHUNKS:
+        return False
+    marks = [sent_at, *chunk_times]
+    total = marks[-1] - marks[0]
+    gaps = sorted((later - earlier for earlier, later in zip(marks, marks[1:], strict=False)), reverse=True)
+    return total > 0 and sum(gaps[:BURST_GAPS]) >= BURST_SHARE * total
+
+
 def stream_request(
     endpoint: Endpoint,
     path: str,
@@ -360,6 +431,7 @@ def stream_request(
     deadline: float | None = None,
     index: int = 0,
     clock: Any = time.monotonic,
+    prompt_id: str | None = None,
 ) -> RequestResult:
     """POST one streaming request and record its timings; never raises for request errors.
 
@@ -388,6 +460,8 @@ def stream_request(
             finish_reason=state.finish_reason,
             error_class=error.error_class if error else None,
             error=error.message if error else None,
+            prompt_id=prompt_id,
+            token_logprobs=state.token_logprobs,
         )
 
     def left() -> float:
@@ -459,6 +533,11 @@ class BatchResult:
         return sum(r.completion_tokens or 0 for r in self.results if r.ok)
 
     @property
+    def bursty(self) -> bool:
+        """Some stream of the run arrived in bursts (stream_arrived_in_bursts)."""
+        return any(r.ok and r.bursty for r in self.results)
+
+    @property
     def throughput_tok_s(self) -> float | None:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else None
 
@@ -475,8 +554,10 @@ def run_batch(
     deadline: float | None = None,
     stop_on_error: bool = True,
     clock: Any = time.monotonic,
+    prompt_ids: list[str] | None = None,
 ) -> BatchResult:
-    """Send every body once with `concurrency` requests in flight (like --max-concurrency).
+    """Send every body once with `concurrency` requests in flight (like --max-concurrency),
+    a new one as soon as one ends; ``prompt_ids`` name each body's prompt in the results.
 
     Wall time runs from the first dispatch to the last completion. With `stop_on_error`,
     workers take no new request once one failed (the rest are marked as not sent), so a
@@ -496,7 +577,8 @@ def run_batch(
                     return
                 index = cursor[0]
                 cursor[0] += 1
-            outcome = stream_request(endpoint, path, bodies[index], timeout, deadline, index, clock)
+            outcome = stream_request(endpoint, path, bodies[index], timeout, deadline, index, clock,
+                                     prompt_ids[index] if prompt_ids else None)
             with lock:
                 results[index] = outcome
                 if not outcome.ok and stop_on_error:
@@ -538,19 +620,10 @@ def run_batch(
                 finish_reason=None,
                 error_class=error_class,
                 error=message,
+                prompt_id=prompt_ids[index] if prompt_ids else None,
             )
         )
     return BatchResult(final, wall, concurrency)
-
-
-def output_hash(texts: list[str]) -> str:
-    """sha256 over the ordered outputs (length-prefixed, so boundaries count)."""
-    digest = hashlib.sha256()
-    for text in texts:
-        data = text.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-    return digest.hexdigest()
 
 
 # --- Prometheus metrics ----------------------------------------------------------------------
@@ -728,18 +801,46 @@ def cell_key(concurrency: int) -> str:
     return f"c{concurrency}"
 
 
+def text_digest(text: str) -> str:
+    """A short digest of one output text: what two servers' answers to a prompt are compared by."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def request_record(result: RequestResult) -> dict[str, Any]:
+    """One request as the result keeps it: enough to pair it by prompt with the other server's."""
+    record: dict[str, Any] = {
+        "prompt": result.prompt_id,
+        "tokens": result.completion_tokens,
+        "ttft_ms": _round(_ms(result.ttft_s)),
+        "tpot_ms": _round(_ms(result.tpot_s)),
+        "e2e_ms": _round(_ms(result.e2e_s)),
+        "chunks": len(result.chunk_times),
+        "text": text_digest(result.text) if result.ok else None,
+    }
+    if not result.ok:
+        record["failed"] = result.error_class
+    elif result.bursty:
+        record["bursty"] = True
+    return record
+
+
 def aggregate(
-    batches: list[BatchResult], deltas: list[dict[str, Any] | None], with_acceptance: bool = True
+    batches: list[BatchResult], deltas: list[dict[str, Any] | None], with_acceptance: bool = True,
+    remeasured: int = 0,
 ) -> dict[str, Any]:
     """Figures of one workload x concurrency from its measured runs (pure).
 
-    Latencies are pooled over every successful request of every run; throughput is per run
-    (output tokens / run wall time) and summarised by its median and spread.
+    Every request is kept (``runs[].requests``) so the gate can pair requests by prompt.
+    Latencies are pooled over the successful requests whose stream did not arrive in bursts;
+    throughput is per run (output tokens / run wall time), summarised by its median and
+    spread over the runs without a failure or a burst. ``bursts`` says how many runs were
+    measured again for a burst and how many bursty requests the kept runs still hold (left
+    out of every figure).
     """
-    oks = [r for batch in batches for r in batch.results if r.ok]
+    clean = [r for batch in batches for r in batch.results if r.ok and not r.bursty]
     runs = []
     for number, batch in enumerate(batches):
-        tpots = [t for t in (r.tpot_s for r in batch.results if r.ok) if t is not None]
+        tpots = [t for t in (r.tpot_s for r in batch.results if r.ok and not r.bursty) if t is not None]
         delta = deltas[number] if number < len(deltas) else None
         runs.append(
             {
@@ -747,24 +848,25 @@ def aggregate(
                 "tpot_p50_ms": _round(None if not tpots else percentile(tpots, 50) * 1000.0),
                 "wall_s": round(batch.wall_s, 4),
                 "output_tokens": batch.output_tokens,
-                "requests": len(batch.results),
+                "requests": [request_record(result) for result in batch.results],
                 "failed_requests": len(batch.failed),
-                "output_hash": output_hash(batch.texts()) if not batch.failed else None,
+                "bursty_requests": sum(1 for result in batch.results if result.ok and result.bursty),
                 "spec_decode": None
                 if delta is None
                 else {k: int(round(delta[k])) for k in ("drafts", "draft_tokens", "accepted")},
             }
         )
     throughputs = [
-        r["throughput_tok_s"] for r in runs if r["throughput_tok_s"] is not None and not r["failed_requests"]
+        r["throughput_tok_s"] for r in runs
+        if r["throughput_tok_s"] is not None and not r["failed_requests"] and not r["bursty_requests"]
     ]
     total = add_deltas(deltas) if with_acceptance else None
     return {
         "runs": runs,
-        "ttft_ms": summarize([r.ttft_s for r in oks if r.ttft_s is not None], 1000.0),
-        "tpot_ms": summarize([t for t in (r.tpot_s for r in oks) if t is not None], 1000.0),
-        "itl_ms": summarize([gap for r in oks for gap in r.itl_s], 1000.0),
-        "e2e_ms": summarize([r.e2e_s for r in oks if r.e2e_s is not None], 1000.0),
+        "ttft_ms": summarize([r.ttft_s for r in clean if r.ttft_s is not None], 1000.0),
+        "tpot_ms": summarize([t for t in (r.tpot_s for r in clean) if t is not None], 1000.0),
+        "itl_ms": summarize([gap for r in clean for gap in r.itl_s], 1000.0),
+        "e2e_ms": summarize([r.e2e_s for r in clean if r.e2e_s is not None], 1000.0),
         "throughput_tok_s": {
             "median": _round(median(throughputs)),
             "runs": throughputs,
@@ -774,6 +876,7 @@ def aggregate(
         "output_tokens": sum(batch.output_tokens for batch in batches),
         "requests": sum(len(batch.results) for batch in batches),
         "failed_requests": sum(len(batch.failed) for batch in batches),
+        "bursts": {"remeasured_runs": remeasured, "bursty_requests_left_out": sum(r["bursty_requests"] for r in runs)},
     }
 
 
@@ -845,38 +948,66 @@ def classify_failure(
     return {"class": first.error_class or "unknown", "message": detail}
 
 
+def request_tag(workload: str, phase: str, position: int) -> str:
+    """The nonce opening a request's prompt: the same on both servers and in every block for
+    the same (workload, phase, position), different between positions, runs and the warm-up,
+    so every measured prefill is one the server's prefix cache has not seen in this block."""
+    return hashlib.sha256(f"{workload}/{phase}/{position}".encode()).hexdigest()[:10]
+
+
+def tagged(text: str, tag: str) -> str:
+    return f"Request {tag}.\n\n{text}"
+
+
+def run_sequence(count: int, run: int, prompts: int) -> list[int]:
+    """Prompt indexes a run sends, in order: the set cycled from where the previous run of
+    the cell stopped, so runs of a cell cover the set in turn."""
+    return [(run * count + position) % prompts for position in range(count)]
+
+
 def run_benchmark(
     endpoint: Endpoint,
     model: str,
-    prompt_sets: dict[str, list[str]],
+    prompt_sets: dict[str, list[tuple[str, str]]],
     concurrency: list[int],
-    warmups: int = 2,
-    repetitions: int = 3,
+    warmups: int = 1,
+    repetitions: int = 1,
+    requests: int = 0,
     max_tokens: int = 256,
     seed: int = 42,
     request_timeout: float = 300.0,
     deadline_s: float = 3600.0,
     kind: str = "chat",
+    output_check: int = 8,
+    top_logprobs: int = 2,
+    burst_retries: int = 2,
     clock: Any = time.monotonic,
 ) -> dict[str, Any]:
-    """Warm-ups, then `repetitions` measured runs per workload x concurrency.
+    """Per workload: ``warmups`` passes over its whole prompt set (discarded, at the highest
+    concurrency), then ``repetitions`` measured runs per concurrency N, each keeping N requests
+    in flight over ``requests`` requests (0: max(4N, the set's size)) that cycle the set, then
+    the output check: the first ``output_check`` prompts once more at concurrency 1 with their
+    tokens' logprobs and ``top_logprobs`` alternatives.
 
-    A warm-up round sends `concurrency` prompts at once and is discarded. A measured run
-    sends every prompt of the set once with `concurrency` in flight; /metrics is scraped
-    before and after it, so acceptance counts measured traffic only. The first failure
-    ends the benchmark (ok=False, failure={class, message}) with the figures so far; the
-    whole call returns within `deadline_s` plus one probe.
+    ``prompt_sets``: workload -> [(prompt id, text)]. Every request's prompt opens with a nonce
+    (``request_tag``), so prefill is never served from the prefix cache of an earlier request;
+    the output check repeats the first concurrency-1 run's requests exactly, so its texts also
+    say whether the server answers the same request the same way twice. /metrics is scraped
+    around every measured run, so acceptance counts measured traffic only. A run in which a
+    stream arrived in bursts is measured again (up to ``burst_retries`` times); bursty requests
+    that remain are left out of every figure. The first failure ends the benchmark (ok=False,
+    failure={class, message}) with the figures so far; the call returns within ``deadline_s``
+    plus one probe.
     """
     started = clock()
     deadline = started + deadline_s
     path = CHAT_PATH if kind == "chat" else COMPLETIONS_PATH
     results: dict[str, dict[str, Any]] = {}
-    hashes: dict[str, str | None] = {}
-    stable: dict[str, bool | None] = {}
+    outputs: dict[str, dict[str, Any]] = {}
     failure: dict[str, str] | None = None
     metrics_notes: list[str] = []
-    hash_concurrency = min(concurrency)
     scrape_timeout = min(10.0, request_timeout)
+    first_level = min(concurrency)
 
     def scrape() -> tuple[bool, dict[str, Any] | None]:
         try:
@@ -885,60 +1016,96 @@ def run_benchmark(
             metrics_notes.append(exc.message)
             return False, None
 
-    for workload, prompt_list in prompt_sets.items():
-        bodies = [build_request_body(kind, model, prompt, max_tokens, seed) for prompt in prompt_list]
+    def batch_of(workload: str, phase: str, picks: list[int], level: int, entries: list[tuple[str, str]],
+                 logprobs: int = 0) -> BatchResult:
+        bodies = [build_request_body(kind, model, tagged(entries[index][1], request_tag(workload, phase, position)),
+                                     max_tokens, seed, top_logprobs=logprobs)
+                  for position, index in enumerate(picks)]
+        return run_batch(endpoint, path, bodies, level, request_timeout, deadline, True, clock,
+                         [entries[index][0] for index in picks])
+
+    def out_of_time(where: str) -> dict[str, str] | None:
+        if clock() >= deadline:
+            return {"class": DEADLINE, "message": f"run deadline ({deadline_s:.0f} s) reached at {where}"}
+        return None
+
+    for workload, entries in prompt_sets.items():
         results[workload] = {}
-        hashes[workload] = None
-        stable[workload] = None
-        for level in concurrency:
+        every = list(range(len(entries)))
+        for number in range(warmups):
+            failure = out_of_time(f"{workload} warm-up")
+            if failure is None:
+                warm = batch_of(workload, f"warmup{number}", every, max(concurrency), entries)
+                if warm.failed:
+                    failure = classify_failure(endpoint, warm, f"{workload} warm-up {number + 1}")
+            if failure is not None:
+                break
+        for level in concurrency if failure is None else []:
             where = f"{workload} c={level}"
+            count = max(4 * level, requests or len(entries))
             batches: list[BatchResult] = []
             deltas: list[dict[str, Any] | None] = []
             metrics_ok = True
-            for round_number in range(warmups):
-                if clock() >= deadline:
-                    failure = {"class": DEADLINE, "message": f"run deadline ({deadline_s:.0f} s) reached at {where}"}
+            remeasured = 0
+            for run in range(repetitions):
+                picks = run_sequence(count, run, len(entries))
+                for attempt in range(burst_retries + 1):
+                    failure = out_of_time(where)
+                    if failure is not None:
+                        break
+                    ok_before, before = scrape()
+                    batch = batch_of(workload, f"c{level}/run{run}", picks, level, entries)
+                    if batch.failed:
+                        batches.append(batch)
+                        deltas.append(None)
+                        failure = classify_failure(endpoint, batch, f"{where} run {run + 1}")
+                        break
+                    ok_after, after = scrape()
+                    if batch.bursty and attempt < burst_retries:
+                        remeasured += 1  # never averaged in: measured again
+                        continue
+                    metrics_ok = metrics_ok and ok_before and ok_after
+                    batches.append(batch)
+                    deltas.append(counter_delta(before, after))
                     break
-                warm = run_batch(endpoint, path, bodies[: max(1, level)], level, request_timeout, deadline, True, clock)
-                if warm.failed:
-                    failure = classify_failure(endpoint, warm, f"{where} warm-up {round_number + 1}")
+                if failure is not None:
                     break
-            for run_number in range(repetitions if failure is None else 0):
-                if clock() >= deadline:
-                    failure = {"class": DEADLINE, "message": f"run deadline ({deadline_s:.0f} s) reached at {where}"}
-                    break
-                ok_before, before = scrape()
-                batch = run_batch(endpoint, path, bodies, level, request_timeout, deadline, True, clock)
-                batches.append(batch)
-                if batch.failed:
-                    deltas.append(None)
-                    failure = classify_failure(endpoint, batch, f"{where} run {run_number + 1}")
-                    break
-                ok_after, after = scrape()
-                metrics_ok = metrics_ok and ok_before and ok_after
-                deltas.append(counter_delta(before, after))
             if batches:
-                cell = aggregate(batches, deltas, with_acceptance=metrics_ok)
+                cell = aggregate(batches, deltas, with_acceptance=metrics_ok, remeasured=remeasured)
                 if not metrics_ok:
                     cell["acceptance_note"] = "unavailable: /metrics did not answer during the runs"
                 results[workload][cell_key(level)] = cell
-                if level == hash_concurrency:
-                    run_hashes = [run["output_hash"] for run in cell["runs"] if run["output_hash"]]
-                    if run_hashes:
-                        hashes[workload] = run_hashes[0]
-                        stable[workload] = len(set(run_hashes)) == 1
             if failure is not None:
                 break
+        if failure is None and output_check:
+            failure = out_of_time(f"{workload} output check")
+            if failure is None:
+                picks = list(range(min(output_check, len(entries))))
+                check = batch_of(workload, f"c{first_level}/run0", picks, 1, entries, top_logprobs)
+                if check.failed:
+                    failure = classify_failure(endpoint, check, f"{workload} output check")
+                else:
+                    outputs[workload] = {result.prompt_id: output_record(result) for result in check.results}
         if failure is not None:
             break
     return {
         "model": model,
         "endpoint": str(endpoint),
         "results": results,
-        "output_hashes": hashes,
-        "output_stable": stable,
+        "outputs": outputs,
         "ok": failure is None,
         "failure": failure,
         "duration_s": round(clock() - started, 3),
         "metrics_notes": metrics_notes[:5],
+    }
+
+
+def output_record(result: RequestResult) -> dict[str, Any]:
+    """What the output check keeps of one answer: its text's digest, and per token the token,
+    its logprob's lead over the best alternative (None: the server sent no alternative)."""
+    return {
+        "text": text_digest(result.text),
+        "tokens": [token for token, _, _ in result.token_logprobs],
+        "margins": [None if alternative is None else round(logprob - alternative, 4)
+                    for _, logprob, alternative in result.token_logprobs],
     }

@@ -11,11 +11,23 @@ description:
   - Measures an OpenAI-compatible vLLM endpoint from the unit itself with streaming
     requests at temperature 0, C(top_p=1.0) and a fixed seed, over fixed prompt sets
     (C(code_edit), high prompt/output overlap; C(chat), low overlap), at each concurrency.
-  - Per workload and concurrency, O(warmups) discarded warm-up rounds (each sends
-    as many prompts at once as the concurrency), then O(repetitions) measured runs that
-    each send every prompt of the set with that many requests in flight. C(/metrics) is
-    scraped before and after every measured run; acceptance comes from the
-    C(vllm:spec_decode_*_total) counter deltas (null when the server has none).
+  - Per workload, O(warmups) discarded passes over its whole prompt set; then per
+    concurrency N, O(repetitions) measured runs, each keeping N requests in flight over
+    max(4N, O(requests)) requests (by default max(4N, the set's size)) that cycle the set (as
+    C(vllm bench serve --max-concurrency) with many more prompts than N). Every prompt opens
+    with a nonce line, the same on both servers of a comparison, so prefill is never served
+    from the prefix cache of an earlier request. C(/metrics) is scraped before and after every
+    measured run; acceptance comes from the C(vllm:spec_decode_*_total) counter deltas (null
+    when the server has none).
+  - Every request is kept (prompt id, tokens, TTFT, TPOT, E2E, chunks, a digest of its text),
+    so two servers can be compared prompt by prompt. A request whose stream arrived in bursts
+    (most of its time in its two longest gaps, over 16 chunks or more; chunks held back and
+    delivered at once, not the engine's steps) makes its run be measured again, up to twice;
+    bursty requests that remain are left out of every figure and counted.
+  - The output check then sends the first O(output_check) prompts of each workload once more
+    at concurrency 1, exactly as the first concurrency-1 run sent them, asking for each token's
+    logprob and O(top_logprobs) alternatives; C(bench.outputs) keeps per prompt the tokens and
+    each token's lead over its best alternative, for a token-level comparison of two servers.
   - TTFT is the first token chunk (any chunk with a choice, even with empty text, as the
     detokenizer may hold a token's text back), ITL the gaps between token chunks, E2E the
     last token chunk, TPOT (E2E - TTFT) / (tokens - 1) with tokens from the final usage
@@ -49,15 +61,29 @@ options:
     elements: int
     default: [1, 8]
   warmups:
-    description: Discarded warm-up rounds per workload and concurrency.
+    description: Discarded passes over each workload's whole prompt set before its measured runs.
     type: int
-    default: 2
+    default: 1
   repetitions:
     description:
-      - Measured runs per workload and concurrency (Alauda AI's guide "Speculative Decoding for
-        vLLM Inference Services" asks for 5-10 on a real comparison).
+      - Measured runs per workload and concurrency. A comparison repeats whole blocks instead
+        (baseline, speculative, baseline, ... in the rollout), so one run per block is the default.
     type: int
-    default: 3
+    default: 1
+  requests:
+    description:
+      - Requests per measured run, never fewer than 4 x the concurrency (so the concurrency is held);
+        0 sends max(4 x concurrency, the prompt set's size).
+    type: int
+    default: 0
+  output_check:
+    description: Prompts per workload sent once more with logprobs for the output check; 0 skips it.
+    type: int
+    default: 8
+  top_logprobs:
+    description: Alternatives per token the output check asks for (the lead over the best one tells a tie).
+    type: int
+    default: 2
   max_tokens:
     description: C(max_tokens) of every request.
     type: int
@@ -124,7 +150,7 @@ EXAMPLES = r"""
     workloads: [code_edit]
     concurrency: [1]
     warmups: 1
-    repetitions: 5
+    repetitions: 2
     deadline: 600
     label: speculative
   register: specfleet_candidate_bench
@@ -158,11 +184,13 @@ bench:
     results:
       description: >-
         Per workload, per concurrency key (C(c1), C(c8)): C(runs) (per run throughput_tok_s,
-        tpot_p50_ms, wall_s, output_tokens, requests, failed_requests, output_hash,
-        spec_decode counts), C(ttft_ms)/C(tpot_ms)/C(itl_ms)/C(e2e_ms) each {p50, p90, mean},
-        C(throughput_tok_s) {median, runs, spread=(max-min)/median}, C(acceptance) {rate,
-        mean_length, per_position, drafts, draft_tokens, accepted} or null, C(output_tokens),
-        C(requests), C(failed_requests).
+        tpot_p50_ms, wall_s, output_tokens, C(requests) (per request prompt, tokens, ttft_ms,
+        tpot_ms, e2e_ms, chunks, text digest, and bursty or failed when so), failed_requests,
+        bursty_requests, spec_decode counts), C(ttft_ms)/C(tpot_ms)/C(itl_ms)/C(e2e_ms) each
+        {p50, p90, mean}, C(throughput_tok_s) {median, runs, spread=(max-min)/median},
+        C(acceptance) {rate, mean_length, per_position, drafts, draft_tokens, accepted} or null,
+        C(output_tokens), C(requests), C(failed_requests), C(bursts) {remeasured_runs,
+        bursty_requests_left_out}.
       type: dict
       sample:
         code_edit:
@@ -171,13 +199,11 @@ bench:
             tpot_ms: {p50: 30.6, p90: 35.3, mean: 30.7}
             acceptance: {rate: 0.357, mean_length: 2.78, per_position: [0.5, 0.42, 0.35, 0.29, 0.23],
                          drafts: 744, draft_tokens: 3720, accepted: 1328}
-    output_hashes:
+    outputs:
       description: >-
-        Per workload, sha256 over the ordered outputs of the first measured run at the lowest
-        concurrency (greedy: speculation must not change it).
-      type: dict
-    output_stable:
-      description: Per workload, whether every measured run at that concurrency produced the same outputs.
+        The output check: per workload, per prompt id, C(text) (digest of the answer),
+        C(tokens) (the generated tokens) and C(margins) (per token, its logprob minus the best
+        alternative's; null where the server sent none).
       type: dict
     context:
       description: The five context fields (hardware, model, runtime, request_parameters, workload).
@@ -208,6 +234,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts
     PROMPT_SET_VERSION,
     WORKLOAD_DESCRIPTIONS,
     WORKLOADS,
+    prompt_ids,
     prompt_set_digest,
     prompts,
 )
@@ -280,7 +307,10 @@ def build_context(params: dict, model: str, version: str | None, endpoint: Endpo
         "concurrency": list(params["concurrency"]),
         "warmups": params["warmups"],
         "repetitions": params["repetitions"],
-        "warmup_round": "concurrency-many prompts sent at once, discarded",
+        "requests": params["requests"] or "max(4 x concurrency, prompts)",
+        "warmup_round": "every prompt of the set once, discarded",
+        "prefix": "a nonce line opens every prompt (uncached prefill)",
+        "output_check": params["output_check"],
     }
     return {key: context.get(key) for key in CONTEXT_FIELDS} | {
         key: value for key, value in context.items() if key not in CONTEXT_FIELDS
@@ -299,6 +329,8 @@ def validate(params: dict) -> list[str]:
         problems.append(f"warmups: must be >= 0, got {params['warmups']}")
     if params["repetitions"] < 1:
         problems.append(f"repetitions: must be >= 1, got {params['repetitions']}")
+    if params["requests"] < 0 or params["output_check"] < 0 or params["top_logprobs"] < 0:
+        problems.append("requests, output_check and top_logprobs: must be >= 0")
     if params["max_tokens"] < 2:
         problems.append(f"max_tokens: must be >= 2 (TPOT needs two tokens), got {params['max_tokens']}")
     if params["request_timeout"] <= 0 or params["deadline"] <= 0:
@@ -314,8 +346,11 @@ def main() -> None:
             "api_key": {"type": "str", "no_log": True},
             "workloads": {"type": "list", "elements": "str", "choices": list(WORKLOADS), "default": list(WORKLOADS)},
             "concurrency": {"type": "list", "elements": "int", "default": [1, 8]},
-            "warmups": {"type": "int", "default": 2},
-            "repetitions": {"type": "int", "default": 3},
+            "warmups": {"type": "int", "default": 1},
+            "repetitions": {"type": "int", "default": 1},
+            "requests": {"type": "int", "default": 0},
+            "output_check": {"type": "int", "default": 8},
+            "top_logprobs": {"type": "int", "default": 2},
             # A token count, not a token: said outright so it is logged (validate-modules asks).
             "max_tokens": {"type": "int", "default": 256, "no_log": False},
             "seed": {"type": "int", "default": 42},
@@ -355,10 +390,13 @@ def main() -> None:
     bench = run_benchmark(
         endpoint,
         model,
-        {name: prompts(name) for name in params["workloads"]},
+        {name: list(zip(prompt_ids(name), prompts(name), strict=True)) for name in params["workloads"]},
         list(params["concurrency"]),
         warmups=params["warmups"],
         repetitions=params["repetitions"],
+        requests=params["requests"],
+        output_check=params["output_check"],
+        top_logprobs=params["top_logprobs"],
         max_tokens=params["max_tokens"],
         seed=params["seed"],
         request_timeout=params["request_timeout"],

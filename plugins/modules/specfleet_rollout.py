@@ -23,9 +23,11 @@ description:
   - C(start) places the plan's servings on the unit (environment, mounts, secret names),
     reads the release record and finds an earlier decision for the candidate;
     C(earlier_did_not_start) measures again when that decided serving no longer starts;
-    C(baseline_serving) makes the serving baseline the known-good unless another is;
-    C(baseline_measured) and C(candidate_measured) take the benches, the latter gating them
-    (keep, or serve the known-good again); C(candidate_did_not_start) starts the plan's lighter
+    C(baseline_serving) makes the serving baseline the known-good unless another is and starts
+    the measurement; C(block_measured) takes one block's bench (baseline, speculative,
+    baseline, then more pairs while the gate asks) and, after a baseline block that follows a
+    speculative one, gates them all (on a keep the candidate serves again as the known-good,
+    on a revert the known-good serves); C(candidate_did_not_start) starts the plan's lighter
     variant (C(oom_retry)) once when the candidate ran out of memory at start, and otherwise fails
     with the start's own C(failure_class), C(decisive_lines) and C(failed_task); C(failed) says
     why a step failed and starts the rollback to the known-good; C(rollback_did_not_start) falls
@@ -39,8 +41,8 @@ options:
     description: The step that just happened, or the one to take.
     type: str
     required: true
-    choices: [start, earlier_did_not_start, baseline_serving, baseline_measured, candidate_did_not_start,
-              candidate_measured, failed, rollback_did_not_start, rolled_back, finish, rollback]
+    choices: [start, earlier_did_not_start, baseline_serving, candidate_did_not_start, block_measured, failed,
+              rollback_did_not_start, rolled_back, finish, rollback]
   record:
     description: The unit's release record as read (empty when it has none); C(start) and C(rollback).
     type: str
@@ -64,23 +66,16 @@ options:
       C(earlier_did_not_start) and C(rollback_did_not_start).
     type: str
   bench:
-    description: The M(specfleet.fleet.spec_bench) result that completed;
-      C(baseline_measured) and C(candidate_measured).
+    description: The M(specfleet.fleet.spec_bench) result of the block that completed; C(block_measured).
     type: dict
   resolved_speculative_config:
-    description: The speculative config vLLM logged it resolved, for the report; C(candidate_measured).
+    description: The speculative config vLLM logged it resolved, for the report; C(block_measured).
     type: dict
   task:
     description: The name of the task that failed; C(candidate_did_not_start) and C(failed).
     type: str
   result:
     description: The failed task's result; C(candidate_did_not_start) and C(failed).
-    type: dict
-  baseline_bench:
-    description: The baseline's bench as registered (a failed one included), for the report; C(failed).
-    type: dict
-  candidate_bench:
-    description: The candidate's bench as registered (a failed one included), for the report; C(failed).
     type: dict
 extends_documentation_fragment:
   - specfleet.fleet.attributes
@@ -122,9 +117,10 @@ ansible_facts:
       description:
         - The unit's rollout state. C(record) is the release record to save; C(baseline) and
           C(candidate) the servings placed on the unit; C(serve) the serving to start next
-          (null for none); C(outcome) the unit's result so far and C(unit_record) its file
-          for the report; C(done) means nothing more to measure, C(failed) that the unit
-          counts as failed.
+          (null for none); C(next) and C(next_serving) the side and serving to measure next
+          (null when measuring is over), C(blocks) the blocks measured so far; C(outcome) the
+          unit's result so far and C(unit_record) its file for the report; C(done) means nothing
+          more to measure, C(failed) that the unit counts as failed.
       returned: success
       type: dict
 failure_class:

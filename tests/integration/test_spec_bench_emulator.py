@@ -1,9 +1,10 @@
 """spec_bench (module main()) against real vLLM-emulator processes on 127.0.0.1.
 
 Baseline vs EAGLE-3 k=5 on an emulated Thor (FP4 Llama-3.1-8B stand-in), time scale 0.1,
-noise 0: acceptance must equal the emulator's own /metrics deltas, greedy outputs must
-hash equal, the gate must keep, and a server that crashes mid-run must give ok:false
-with a reason within the deadline.
+noise 0, measured in blocks (baseline, speculative, baseline) as the rollout does: acceptance
+must equal the emulator's own /metrics deltas, the outputs must agree token by token, the
+gate must keep, and a server that crashes mid-run must give ok:false with a reason within the
+deadline.
 """
 
 from __future__ import annotations
@@ -32,16 +33,11 @@ from tests.unit.emulator.conftest import (
 )
 
 spec_bench = load_module("spec_bench")
-# Twice the lab's scale, so that a run is long against the stalls of a shared 2-core host:
-# the gate's worst-case pairing compares single runs, and one stall in one run reverts.
-# - At 0.02 a c=1 step lasted ~0.5 ms of wall time and the c=1 checks measured Python
-#   (speculative 746 vs baseline 916 tok/s).
-# - At 0.05 a speculative c=1 run of code edits lasted ~1.5 s, and in CI one run slowed by
-#   ~0.3 s or more took the worst-case pairing under +30 % (median +60.7 %, 322 -> 518 tok/s).
-# At 0.1 it lasts ~2.5 s, and a run must lose ~0.7 s for the same revert. Costs ~40 s more.
+# Twice the lab's scale, so that a run is long against the stalls of a shared 2-core host.
 SCALE = "0.1"
 SERVE = ["--max-model-len", "4096"]
-QUICK = {"warmups": 1, "repetitions": 3, "max_tokens": 96, "request_timeout": 20, "deadline": 150}
+# 8 requests at c=1 (32 at c=8: at least four times the concurrency), one run per block.
+QUICK = {"warmups": 1, "repetitions": 1, "requests": 8, "max_tokens": 96, "request_timeout": 20, "deadline": 150}
 
 
 @pytest.fixture(scope="module")
@@ -82,40 +78,43 @@ def url(server) -> str:
 
 
 @pytest.fixture(scope="module")
-def both(servers):
-    """Full default workloads and concurrency [1, 8] on both servers (module main())."""
-    results = {}
-    for label, server in servers.items():
+def blocks(servers):
+    """Baseline, speculative, baseline, every workload at concurrency [1, 8] (module main())."""
+    measured = []
+    for label in ("baseline", "speculative", "baseline"):
         out = io.StringIO()  # capsys is function-scoped; capture the module's JSON by hand
-        args = {"url": url(server), "label": label, "context": {"hardware": {"device_class": "thor"}}, **QUICK}
+        args = {"url": url(servers[label]), "label": label, "context": {"hardware": {"device_class": "thor"}},
+                **QUICK}
         with contextlib.redirect_stdout(out), patch_module_args(args), pytest.raises(SystemExit):
             spec_bench.main()
-        results[label] = json.loads(out.getvalue())
-    return results
+        measured.append({"side": label, "bench": json.loads(out.getvalue())})
+    return measured
 
 
-def test_baseline_and_speculative_results(both):
-    base, cand = both["baseline"]["bench"], both["speculative"]["bench"]
-    assert both["baseline"]["changed"] is False
+def test_baseline_and_speculative_results(blocks):
+    base, cand = blocks[0]["bench"]["bench"], blocks[1]["bench"]["bench"]
+    assert blocks[0]["bench"]["changed"] is False
     for bench in (base, cand):
         assert bench["ok"] is True and bench["failure"] is None
         assert set(bench["results"]) == {"code_edit", "chat"}
         for cells in bench["results"].values():
             assert set(cells) == {"c1", "c8"}
-            for cell in cells.values():
-                assert cell["failed_requests"] == 0 and cell["requests"] == 3 * 8
-                assert len(cell["runs"]) == 3 and len(cell["throughput_tok_s"]["runs"]) == 3
-                assert cell["output_tokens"] == 3 * 8 * 96  # emulated answers run past 96 tokens
+            for level, cell in cells.items():
+                requests = 8 if level == "c1" else 32
+                assert cell["failed_requests"] == 0 and cell["requests"] == requests
+                assert len(cell["runs"]) == 1 and len(cell["runs"][0]["requests"]) == requests
+                assert cell["output_tokens"] == requests * 96  # emulated answers run past 96 tokens
                 for figure in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
                     assert set(cell[figure]) == {"p50", "p90", "mean"} and cell[figure]["p50"] > 0
+                assert cell["bursts"]["bursty_requests_left_out"] == 0
+        assert set(bench["outputs"]) == {"code_edit", "chat"}
+        assert all(len(answers) == 8 for answers in bench["outputs"].values())
     assert base["results"]["code_edit"]["c1"]["acceptance"] is None  # no counters: null, not zero
     accepted = cand["results"]["code_edit"]["c1"]["acceptance"]
     assert accepted["drafts"] > 0 and len(accepted["per_position"]) == 5
     # EAGLE-3 on code edits (emulator profile 0.50/0.40/0.33/0.27/0.22) vs on chat.
     assert accepted["per_position"][0] == pytest.approx(0.5, abs=0.1)
     assert cand["results"]["chat"]["c1"]["acceptance"]["rate"] < accepted["rate"] / 3
-    assert base["output_hashes"] == cand["output_hashes"]
-    assert all(base["output_stable"].values()) and all(cand["output_stable"].values())
     context = cand["context"]
     assert list(context)[:5] == ["hardware", "model", "runtime", "request_parameters", "workload"]
     assert context["hardware"] == {"device_class": "thor"}
@@ -123,20 +122,27 @@ def test_baseline_and_speculative_results(both):
     assert context["runtime"]["server_version"] == "0.20.2"
     assert context["request_parameters"]["temperature"] == 0.0 and context["request_parameters"]["seed"] == 42
     assert context["workload"]["names"] == ["code_edit", "chat"] and cand["label"] == "speculative"
+    assert context["workload"]["prompt_set_version"] == 2
 
 
-def test_gate_keeps_eagle3_on_thor(both):
-    # A c=8 run is one batch of eight requests, under a second of wall time even at x 0.1, so
-    # on a busy 2-core host the c=8 figures measure Python (8 SSE streams per step) as much as
-    # the emulated GPU; the c=8 check gets a wide allowance here and the c=1 checks carry the
-    # assertion.
-    lenient = policy.merge({"specfleet_gate_max_c8_regression": 0.5})
-    verdict = decide(both["baseline"]["bench"], both["speculative"]["bench"], lenient)
+def test_gate_keeps_eagle3_on_code_edits_and_reverts_for_its_chat_regression(blocks):
+    """The emulator's model of FP4 + EAGLE-3 k=5 on Thor (calibrated to the seeds' 1.84x on code
+    edits and their ~6 % chat acceptance): ~1.6x on code edits, but on open chat five drafted
+    positions cost more than the ~1.2 tokens a step they bring: a clear regression, which the
+    default gate (code edits meet the thresholds, chat does not regress) reverts on."""
+    verdict = decide(blocks, policy.merge({"specfleet_gate_workloads": ["code_edit"]}))
     assert verdict["decision"] == "keep", verdict["reasons"]
-    assert {c["check"] for c in verdict["checks"] if c["passed"]} >= {"throughput_c1", "tpot_c1"}
-    gain = verdict["figures"]["code_edit"]["throughput_gain_c1"]["value"]
-    assert 0.4 < gain < 0.9  # emulator model: ~1.6x at c=1 for FP4 + EAGLE-3 k=5 on code edits
-    assert verdict["output_mismatch"] is False
+    assert {c["check"] for c in verdict["checks"] if c["verdict"] == "pass"} >= {"throughput_c1", "tpot_c1",
+                                                                                  "throughput_c8", "output_check"}
+    gain = verdict["figures"]["code_edit"]["throughput_gain_c1"]
+    assert 0.4 < gain["lower"] <= gain["value"] < 0.9
+    found = verdict["output_check"]
+    assert found["compared"] == 16 and not found["diverged"] and not found["unstable"]
+    default = decide(blocks, policy.merge({}))
+    assert default["decision"] == "revert", default["reasons"]
+    failed = [(check["workload"], check["check"]) for check in default["checks"] if check["verdict"] == "fail"]
+    assert ("chat", "throughput_c1") in failed and {workload for workload, _ in failed} == {"chat"}, failed
+    assert default["figures"]["chat"]["throughput_gain_c1"]["upper"] < -0.03
 
 
 def test_acceptance_equals_emulator_metric_deltas(capsys, servers):
@@ -155,8 +161,9 @@ def test_acceptance_equals_emulator_metric_deltas(capsys, servers):
         return out
 
     before = totals()
+    # No output check: its requests come after the last scrape and are in no cell.
     result = run(capsys, {"url": url(server), "workloads": ["code_edit"], "concurrency": [1, 8], "warmups": 0,
-                          "repetitions": 2, "max_tokens": 64})
+                          "repetitions": 2, "requests": 8, "max_tokens": 64, "output_check": 0})
     after = totals()
     cells = result["bench"]["results"]["code_edit"]
     drafts = sum(cell["acceptance"]["drafts"] for cell in cells.values())
@@ -204,7 +211,7 @@ def test_server_crash_mid_run_gives_ok_false_in_bounded_time(capsys, lab, tmp_pa
     try:
         server = launcher(TARGET_FP4, SERVE)
         started = time.monotonic()
-        result = run(capsys, {"url": url(server), "workloads": ["code_edit"], "warmups": 1, "repetitions": 3,
+        result = run(capsys, {"url": url(server), "workloads": ["code_edit"], "warmups": 0, "repetitions": 3,
                               "max_tokens": 64, "request_timeout": 10, "deadline": 30})
         elapsed = time.monotonic() - started
     finally:
@@ -216,8 +223,9 @@ def test_server_crash_mid_run_gives_ok_false_in_bounded_time(capsys, lab, tmp_pa
     assert "code_edit c=1 run 1" in bench["failure"]["message"]
     assert elapsed < 15
     assert bench["results"]["code_edit"]["c1"]["failed_requests"] >= 1
-    assert bench["output_hashes"]["code_edit"] is None
-    verdict = decide(bench, bench, policy.merge({}))
+    assert bench["outputs"] == {}
+    verdict = decide([{"side": "baseline", "bench": bench}, {"side": "speculative", "bench": bench}],
+                     policy.merge({}))
     assert verdict["decision"] == "revert"
     assert any("benchmark failed (server_died)" in reason for reason in verdict["reasons"])
 

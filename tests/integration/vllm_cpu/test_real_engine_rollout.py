@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import spec_decode_counters
 
-from specfleet import gate
 from specfleet import policy as policy_module
 from tests.conftest import REPO, lab_vars
 from tests.integration.test_rollout_lab import INVENTORY, on_unit, playbook
@@ -91,12 +90,24 @@ def test_units_serve_what_their_release_record_says(real_rollout):
 
 @pytest.mark.parametrize("unit", sorted(PINS))
 def test_decision_follows_the_measurements(real_rollout, unit):
+    """The gate decided from blocks measured on the real engine, and its figures say why: a keep
+    has every bound past its threshold, a revert names a check that failed or stayed open."""
     record = real_rollout["records"][unit]
     assert record["method"] == PINS[unit]
-    assert record["decision"] in ("kept", "reverted"), record["reasons"]
-    # The gate, applied afresh to the figures the unit measured, decides the same.
-    again = gate.decide(record["baseline"], record["speculative"], policy_module.defaults())
-    assert {"keep": "kept", "revert": "reverted"}[again["decision"]] == record["decision"], (again, record["reasons"])
+    measurement = record["measurement"]
+    assert measurement["blocks"][:3] == ["baseline", "speculative", "baseline"], measurement
+    policy = policy_module.defaults()
+    gain = record["figures"]["code_edit"]["throughput_gain_c1"]
+    if record["decision"] == "kept":
+        assert gain["lower"] >= policy["specfleet_gate_min_throughput_gain"], gain
+        assert record["figures"]["code_edit"]["tpot_drop_c1"]["lower"] >= policy["specfleet_gate_min_tpot_drop"]
+    else:
+        assert record["decision"] == "reverted", record["reasons"]
+        assert any(reason.startswith("revert to the baseline") for reason in record["reasons"]), record["reasons"]
+    # n-gram on two shared CPU cores costs more than it saves (449 vs 593 tok/s measured before
+    # this gate): a real revert the measurement must find.
+    if PINS[unit] == "ngram":
+        assert record["decision"] == "reverted" and gain["upper"] < policy["specfleet_gate_min_throughput_gain"], gain
 
 
 def test_draft_copy_accepts_every_draft(real_rollout):

@@ -1,175 +1,188 @@
-"""specfleet.gate.decide: table-driven keep/revert cases with synthesized bench results."""
+"""specfleet.gate.decide: keep, revert or measure more, from interleaved blocks of synthesized
+bench results (tests/benches.py: per request, per prompt, with the output check's tokens)."""
 
 from __future__ import annotations
 
-import statistics
+import math
 
 import pytest
 
+from specfleet import gate
 from specfleet import policy as policy_module
-from specfleet.gate import decide
+from tests.benches import ACCEPTANCE, aba, bench, blocks
 
 POLICY = policy_module.merge({})
 
 
-def cell(throughputs, tpots, acceptance=None):
-    """A spec_bench cell from per-run throughputs (tok/s) and per-run TPOT p50s (ms)."""
-    median = statistics.median(throughputs)
-    tpot_median = statistics.median(tpots)
-    return {
-        "runs": [
-            {"throughput_tok_s": t, "tpot_p50_ms": p, "failed_requests": 0}
-            for t, p in zip(throughputs, tpots, strict=True)
-        ],
-        "throughput_tok_s": {"median": median, "runs": list(throughputs),
-                             "spread": (max(throughputs) - min(throughputs)) / median},
-        "tpot_ms": {"p50": tpot_median, "p90": tpot_median * 1.1, "mean": tpot_median},
-        "acceptance": acceptance,
-    }
-
-
-def scaled(values, factor):
-    return [round(v * factor, 3) for v in values]
-
-
-BASE_C1 = [20.0, 20.2, 19.8]
-BASE_TPOT = [50.0, 49.6, 50.4]
-BASE_C8 = [120.0, 121.0, 119.0]
-ACCEPTANCE = {"rate": 0.357, "mean_length": 2.78, "per_position": [0.5, 0.42, 0.35, 0.29, 0.23], "drafts": 744,
-              "draft_tokens": 3720, "accepted": 1328}
-
-
-def bench(c1, tpot, c8, acceptance=None, ok=True, failure=None, hashes=None, stable=None):
-    return {
-        "ok": ok,
-        "failure": failure,
-        "results": {"code_edit": {"c1": cell(c1, tpot, acceptance), "c8": cell(c8, [10.0] * len(c8), acceptance)}},
-        "output_hashes": hashes if hashes is not None else {"code_edit": "a" * 64},
-        "output_stable": stable or {"code_edit": True},
-    }
-
-
-BASELINE = bench(BASE_C1, BASE_TPOT, BASE_C8)
-
-
-def candidate(gain, tpot_factor, c8_factor, **kwargs):
-    return bench(scaled(BASE_C1, gain), scaled(BASE_TPOT, tpot_factor), scaled(BASE_C8, c8_factor),
-                 acceptance=ACCEPTANCE, **kwargs)
-
-
 CASES = [
-    # name, candidate, decision, a phrase the deciding reason contains
-    ("clear keep", candidate(1.8, 0.55, 1.3), "keep", "every gated check passed"),
-    ("clear revert", candidate(0.9, 1.1, 0.8), "revert", "under the +10.0% floor"),
-    ("below +10%", candidate(1.05, 0.95, 1.0), "revert", "speculation always off"),
-    ("between floor and +30%", candidate(1.2, 0.83, 1.1), "revert", "below the +30.0% needed"),
-    ("tpot drop too small", candidate(1.4, 0.9, 1.1), "revert", "a drop of at least 20.0% is needed"),
-    ("c=8 regression", candidate(1.8, 0.55, 0.93), "revert", "regresses under load"),
-    ("failure", candidate(1.8, 0.55, 1.3, ok=False, failure={"class": "server_died", "message": "gone"}), "revert",
-     "speculative benchmark failed (server_died): gone"),
-    ("output mismatch", candidate(1.8, 0.55, 1.3, hashes={"code_edit": "b" * 64}), "revert",
-     "greedy outputs differ with speculation"),
+    # name, speculative side (speeds of the code-edit c=1, c=8 and chat), decision, deciding phrase
+    ("clear keep", {"candidate_speed": 1.8, "c8_speed": 1.2, "chat_speed": 1.1}, "keep", "every gated check passed"),
+    ("slower", {"candidate_speed": 0.9}, "revert", "under the +10.0% floor"),
+    ("below +10%", {"candidate_speed": 1.05}, "revert", "speculation always off"),
+    ("between floor and +30%", {"candidate_speed": 1.2}, "revert", "below the +30.0% needed"),
+    ("c=8 regression", {"candidate_speed": 1.8, "c8_speed": 0.9}, "revert", "regresses under load"),
+    ("chat regression", {"candidate_speed": 1.8, "c8_speed": 1.1, "chat_speed": 0.9}, "revert",
+     "chat: throughput at c=1"),
 ]
 
 
-@pytest.mark.parametrize("name,cand,decision,phrase", CASES, ids=[c[0] for c in CASES])
-def test_gate_table(name, cand, decision, phrase):
-    verdict = decide(BASELINE, cand, POLICY)
+@pytest.mark.parametrize(("name", "speeds", "decision", "phrase"), CASES, ids=[case[0] for case in CASES])
+def test_gate_table(name, speeds, decision, phrase):
+    verdict = gate.decide(aba(**speeds), POLICY)
     assert verdict["decision"] == decision, verdict["reasons"]
     assert any(phrase in reason for reason in verdict["reasons"]), verdict["reasons"]
-    assert verdict["output_mismatch"] is (name == "output mismatch")
-    if decision == "revert":
-        assert verdict["reasons"][0].startswith("revert to the baseline")
+    assert verdict["blocks"] == ["baseline", "speculative", "baseline"]
 
 
-def test_noisy_borderline_keep_becomes_revert_with_the_spread_reason():
-    noisy = bench([25.0, 29.0, 33.0], [40.0, 36.0, 33.0], scaled(BASE_C8, 1.2), acceptance=ACCEPTANCE)
-    # median gain +45.0%, but worst-case pairing 25.0 / 20.2 = +23.8% < +30%
-    verdict = decide(BASELINE, noisy, POLICY)
+def test_figures_carry_the_estimate_and_its_bounds():
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1), POLICY)
+    code = verdict["figures"]["code_edit"]
+    gain = code["throughput_gain_c1"]
+    # E2E includes the TTFT, which speculation does not shorten: a little under 1.8x end to end.
+    tpots = [50.0 * (1 + 0.5 * index / 16) for index in range(16)]
+    expected = math.exp(sum(math.log((80 + t * 127) / (80 + t / 1.8 * 127)) for t in tpots) / 16)
+    assert gain["value"] == pytest.approx(expected - 1, abs=0.001)
+    # No per-request noise: only the block-noise floor (2%, sqrt(1.5) for A B A) widens the bounds.
+    assert gain["lower"] < gain["value"] < gain["upper"] and gain["prompts"] == 16
+    assert code["tpot_drop_c1"]["value"] == pytest.approx(1 - 1 / 1.8, abs=0.01)
+    assert code["tpot_drop_c1"]["baseline"] > code["tpot_drop_c1"]["candidate"]
+    assert code["throughput_change_c8"]["value"] == pytest.approx(0.2, abs=0.01)
+    assert code["acceptance_c1"] == ACCEPTANCE and "35.7% accepted" in code["acceptance_c1_text"]
+    assert verdict["drift"]["value"] == pytest.approx(0.0, abs=1e-9) and not verdict["drift"]["beyond_noise"]
+
+
+def test_a_straddling_bound_measures_one_more_pair_then_reverts_at_the_budget():
+    # 1.33x before the TTFT: about 1.32x end to end, +-3% at 90% from the block-noise floor.
+    sides = [("baseline", bench("baseline")),
+             ("speculative", bench("speculative", 1.33, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)),
+             ("baseline", bench("baseline"))]
+    verdict = gate.decide(blocks(*sides), POLICY)
+    assert verdict["decision"] == "measure" and verdict["next"] == ["speculative", "baseline"], verdict["reasons"]
+    assert verdict["reasons"][0].startswith("measure one more pair of blocks")
+    assert any("straddles the +30.0% needed" in reason for reason in verdict["reasons"])
+    at_budget = gate.decide(blocks(*sides), {**POLICY, "specfleet_gate_max_blocks": 3})
+    assert at_budget["decision"] == "revert"
+    assert at_budget["reasons"][0].startswith("revert to the baseline: still inconclusive after 3 blocks")
+
+
+def test_more_blocks_only_add_power():
+    """The same true speedup, measured over five blocks instead of three, gets narrower bounds."""
+    def run(count):
+        sides = []
+        for index in range(count):
+            side = "baseline" if index % 2 == 0 else "speculative"
+            sides.append((side, bench(side, 1.5 if side == "speculative" else 1.0, noise=0.08, seed=index,
+                                      acceptance=ACCEPTANCE)))
+        return gate.decide(blocks(*sides), POLICY)["figures"]["code_edit"]["throughput_gain_c1"]
+    three, five = run(3), run(5)
+    assert (five["upper"] - five["lower"]) < (three["upper"] - three["lower"])
+
+
+def test_a_linear_drift_cancels_but_a_step_makes_it_inconclusive():
+    drifting = blocks(("baseline", bench("baseline", 1.00)),
+                      ("speculative", bench("speculative", 1.8 * 1.03, c8_speed=1.2 * 1.03, chat_speed=1.1 * 1.03,
+                                            acceptance=ACCEPTANCE)),
+                      ("baseline", bench("baseline", 1.03 ** 2)))
+    verdict = gate.decide(drifting, POLICY)
+    assert verdict["decision"] == "keep", verdict["reasons"]
+    assert verdict["drift"]["value"] == pytest.approx(1 / 1.03 ** 2 - 1, abs=0.002)
+    stepped = blocks(("baseline", bench("baseline", 1.0)),
+                     ("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)),
+                     ("baseline", bench("baseline", 1.25)))
+    verdict = gate.decide(stepped, POLICY)
+    assert verdict["drift"]["beyond_noise"], verdict["drift"]
+    assert verdict["decision"] == "measure"
+    assert any("beyond the noise, the comparison is not trusted" in reason for reason in verdict["reasons"])
+
+
+def test_a_numerics_tie_is_reported_and_keeps():
+    tie = {"code_edit-p00": 5, "code_edit-p01": 15}  # the baseline led by 0.02 there
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, diverge_at=tie), POLICY)
+    assert verdict["decision"] == "keep", verdict["reasons"]
+    found = verdict["output_check"]
+    assert [entry["position"] for entry in found["ties"]] == [5, 15] and not found["diverged"]
+    assert any("2 diverged at a numerics tie" in reason for reason in verdict["reasons"])
+
+
+def test_a_confident_divergence_reverts():
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, diverge_at={"code_edit-p03": 3}), POLICY)
     assert verdict["decision"] == "revert"
-    noise = [r for r in verdict["reasons"] if "spread cannot support" in r]
-    assert noise and "+45.0%" in noise[0] and "+23.8%" in noise[0], verdict["reasons"]
-    figure = verdict["figures"]["code_edit"]["throughput_gain_c1"]
-    assert figure["value"] == pytest.approx(0.45, abs=1e-3) and figure["worst_case"] == pytest.approx(0.2376, abs=1e-3)
-    assert figure["candidate_spread"] == pytest.approx(8 / 29, abs=1e-3)
+    (first,) = verdict["output_check"]["diverged"]
+    assert (first["position"], first["baseline_gap"]) == (3, 2.5)
+    assert any("speculation changed the output where the baseline was confident" in reason
+               and "token 3 of code_edit-p03" in reason for reason in verdict["reasons"])
 
 
-def test_same_medians_with_tight_runs_keep():
-    tight = bench([28.8, 29.0, 29.1], scaled(BASE_TPOT, 0.7), scaled(BASE_C8, 1.2), acceptance=ACCEPTANCE)
-    assert decide(BASELINE, tight, POLICY)["decision"] == "keep"
+def test_a_speculative_server_that_disagrees_with_itself_reverts():
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, unstable=True), POLICY)
+    assert verdict["decision"] == "revert"
+    assert any("answered the same request differently twice" in reason for reason in verdict["reasons"])
 
 
-def test_figures_carry_gain_tpot_drop_and_c8_change():
-    verdict = decide(BASELINE, candidate(1.8, 0.55, 1.3), POLICY)
-    figures = verdict["figures"]["code_edit"]
-    assert figures["throughput_gain_c1"]["value"] == pytest.approx(0.8, abs=1e-3)
-    assert figures["tpot_drop_c1"]["value"] == pytest.approx(0.45, abs=1e-3)
-    assert figures["throughput_change_c8"]["value"] == pytest.approx(0.3, abs=1e-3)
-    assert figures["acceptance_c1"] == ACCEPTANCE
-    assert any("35.7% accepted, mean acceptance length 2.78" in r for r in verdict["reasons"])
+def test_an_unstable_baseline_is_noted_not_blamed_on_speculation():
+    sides = blocks(("baseline", bench("baseline", unstable=True)),
+                   ("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)),
+                   ("baseline", bench("baseline")))
+    verdict = gate.decide(sides, POLICY)
+    assert verdict["decision"] == "keep", verdict["reasons"]
+    assert any("the baseline answered the same request differently twice" in reason for reason in verdict["reasons"])
 
 
 def test_missing_acceptance_is_reported_unavailable_not_invented():
-    cand = candidate(1.8, 0.55, 1.3)
-    cand["results"]["code_edit"]["c1"]["acceptance"] = None
-    verdict = decide(BASELINE, cand, POLICY)
+    sides = blocks(("baseline", bench("baseline")), ("speculative", bench("speculative", 1.8, c8_speed=1.2)),
+                   ("baseline", bench("baseline")))
+    verdict = gate.decide(sides, POLICY)
     assert verdict["figures"]["code_edit"]["acceptance_c1"] is None
-    assert any("acceptance at c=1 unavailable" in r for r in verdict["reasons"])
-    assert verdict["decision"] == "keep"
+    assert "code_edit: speculative acceptance at c=1 unavailable" in " ".join(verdict["reasons"])
 
 
 def test_missing_c8_reverts():
-    cand = candidate(1.8, 0.55, 1.3)
-    del cand["results"]["code_edit"]["c8"]
-    verdict = decide(BASELINE, cand, POLICY)
+    sides = blocks(("baseline", bench("baseline", levels=(1,))),
+                   ("speculative", bench("speculative", 1.8, levels=(1,), acceptance=ACCEPTANCE)),
+                   ("baseline", bench("baseline", levels=(1,))))
+    verdict = gate.decide(sides, POLICY)
     assert verdict["decision"] == "revert"
-    assert any("cannot be ruled out" in r for r in verdict["reasons"])
+    assert any("no throughput measurement at concurrency 8" in reason for reason in verdict["reasons"])
 
 
-def test_baseline_failure_reverts_and_whole_module_result_is_accepted():
-    failed = {"bench": {**BASELINE, "ok": False, "failure": {"class": "deadline", "message": "too slow"}}}
-    verdict = decide(failed, {"bench": candidate(1.8, 0.55, 1.3)}, POLICY)
+def test_a_failed_block_reverts_with_its_failure():
+    failed = bench("speculative", ok=False, failure={"class": "server_died", "message": "gone"})
+    verdict = gate.decide(blocks(("baseline", bench("baseline")), ("speculative", failed)), POLICY)
     assert verdict["decision"] == "revert"
-    assert "baseline benchmark failed (deadline): too slow" in verdict["reasons"]
+    assert "speculative benchmark failed (server_died): gone" in verdict["reasons"]
+    # A registered module result ({"bench": ...}) is read the same way.
+    whole = gate.decide([{"side": "baseline", "bench": {"bench": bench("baseline")}},
+                         {"side": "speculative", "bench": {"bench": failed}}], POLICY)
+    assert whole["decision"] == "revert"
 
 
-def test_unstable_outputs_make_the_comparison_inconclusive_not_a_revert():
-    cand = candidate(1.8, 0.55, 1.3, hashes={"code_edit": "b" * 64}, stable={"code_edit": False})
-    verdict = decide(BASELINE, cand, POLICY)
-    assert verdict["decision"] == "keep" and verdict["output_mismatch"] is False
-    assert any("inconclusive" in r for r in verdict["reasons"])
+def test_gated_workloads_and_thresholds_come_from_the_policy():
+    only_code = {**POLICY, "specfleet_gate_workloads": ["code_edit"]}
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=0.8), only_code)
+    assert verdict["decision"] == "keep" and list(verdict["figures"]) == ["code_edit"]
+    strict = {**POLICY, "specfleet_gate_min_throughput_gain": 0.9, "specfleet_gate_disable_below": 0.1}
+    assert gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1), strict)["decision"] == "revert"
+    lenient = {**POLICY, "specfleet_gate_margin": 0.15}
+    assert gate.decide(aba(1.8, c8_speed=0.9, chat_speed=1.1), lenient)["decision"] == "keep"
+    assert gate.decide(aba(1.8, c8_speed=0.9, chat_speed=1.1), POLICY)["thresholds"]["specfleet_gate_margin"] == 0.03
 
 
-def test_single_run_cannot_keep():
-    one = bench([36.0], [27.0], [156.0], acceptance=ACCEPTANCE)
-    base = bench([20.0], [50.0], [120.0])
-    verdict = decide(base, one, POLICY)
-    assert verdict["decision"] == "revert"
-    assert any("no spread to judge noise" in r for r in verdict["reasons"])
-
-
-def test_gated_workloads_come_from_policy():
-    cand = candidate(1.8, 0.55, 1.3)
-    verdict = decide(BASELINE, cand, {**POLICY, "specfleet_gate_workloads": ["code_edit", "chat"]})
-    assert verdict["decision"] == "revert"
-    assert any(r.startswith("chat: no throughput measurement") for r in verdict["reasons"])
-
-
-def test_thresholds_are_policy_variables():
-    cand = candidate(1.2, 0.83, 1.1)
-    relaxed = {**POLICY, "specfleet_gate_min_throughput_gain": 0.15, "specfleet_gate_min_tpot_drop": 0.1}
-    assert decide(BASELINE, cand, relaxed)["decision"] == "keep"
-    assert decide(BASELINE, candidate(1.8, 0.55, 0.97), {**POLICY, "specfleet_gate_max_c8_regression": 0.05})[
-        "decision"
-    ] == "keep"
-
-
-@pytest.mark.parametrize(
-    "value,problem",
-    [([], "non-empty list"), (["code_edit", "poetry"], "unknown workload 'poetry'"), ("code_edit", "non-empty list")],
-)
-def test_policy_validates_gate_workloads(value, problem):
+@pytest.mark.parametrize(("overrides", "problem"), [
+    ({"specfleet_gate_workloads": []}, "specfleet_gate_workloads: must be a non-empty list"),
+    ({"specfleet_gate_workloads": ["poetry"]}, "specfleet_gate_workloads: unknown workload 'poetry'"),
+    ({"specfleet_gate_confidence": 1.0}, "specfleet_gate_confidence: must be a probability"),
+    ({"specfleet_gate_max_blocks": 4}, "specfleet_gate_max_blocks: must be an odd integer >= 3"),
+    ({"specfleet_gate_margin": -0.1}, "specfleet_gate_margin: must be a share"),
+    ({"specfleet_gate_block_noise": "2%"}, "specfleet_gate_block_noise: must be a share"),
+    ({"specfleet_gate_tie_logprob_gap": -1}, "specfleet_gate_tie_logprob_gap: must be a number of nats"),
+])
+def test_policy_validates_the_gate(overrides, problem):
     from specfleet.catalog import load_catalog
+    problems = policy_module.validate(policy_module.merge(overrides), load_catalog())
+    assert any(found.startswith(problem) for found in problems), problems
 
-    problems = policy_module.validate(policy_module.merge({"specfleet_gate_workloads": value}), load_catalog())
-    assert any(p.startswith("specfleet_gate_workloads") and problem in p for p in problems), problems
+
+def test_first_divergence():
+    assert gate.first_divergence(["a", "b"], ["a", "b"]) is None
+    assert gate.first_divergence(["a", "b"], ["a", "c"]) == 1
+    assert gate.first_divergence(["a", "b"], ["a"]) == 1

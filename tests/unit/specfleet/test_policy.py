@@ -54,7 +54,7 @@ def test_per_class_override_merges_class_by_class():
         ({"specfleet_gate_min_throughput_gain": -0.1}, "specfleet_gate_min_throughput_gain"),
         ({"specfleet_gate_min_tpot_drop": 1.5}, "specfleet_gate_min_tpot_drop"),
         ({"specfleet_gate_disable_below": 0.5}, "specfleet_gate_disable_below"),
-        ({"specfleet_gate_max_c8_regression": True}, "specfleet_gate_max_c8_regression"),
+        ({"specfleet_gate_margin": True}, "specfleet_gate_margin"),
         ({"specfleet_min_kv_cache_gib": -1}, "specfleet_min_kv_cache_gib"),
     ],
 )

@@ -7,7 +7,7 @@ import io
 import json
 import re
 
-from specfleet import gate, release, report, serving
+from specfleet import release, report, serving
 
 
 def bench(throughput: float, tpot: float, acceptance=None) -> dict:
@@ -16,19 +16,25 @@ def bench(throughput: float, tpot: float, acceptance=None) -> dict:
     return {"ok": True, "results": {"code_edit": {"c1": cell, "c8": cell}}}
 
 
-def judged(record: dict) -> dict:
-    """A record as the rollout writes it: the gate's own figures beside the two benches."""
-    return {**record, "figures": gate.decide(record["baseline"], record["speculative"], {})["figures"]}
+def judged(record: dict, gain: float, tpot: tuple[float, float], acceptance=None) -> dict:
+    """A record as the rollout writes it: the gate's figures (specfleet.gate.decide's shape) for
+    the workload it gated, beside the benches."""
+    return {**record, "figures": {"code_edit": {
+        "throughput_gain_c1": {"value": gain, "lower": gain - 0.05, "upper": gain + 0.05, "prompts": 40},
+        "tpot_drop_c1": {"value": round(1 - tpot[1] / tpot[0], 4), "baseline": tpot[0], "candidate": tpot[1]},
+        "throughput_change_c8": {"value": gain / 2},
+        "acceptance_c1": acceptance}}}
 
 
 RECORDS = [
     judged({"host": "thor-01", "device_class": "thor", "decision": "kept", "method": "eagle3",
             "num_speculative_tokens": 5, "serving": "speculative",
             "reasons": ["keep speculation: every gated check passed"], "baseline": bench(19.1, 52.0),
-            "speculative": bench(25.6, 38.0, {"rate": 0.5, "mean_length": 3.5, "per_position": [0.8, 0.6, 0.5]})}),
+            "speculative": bench(25.6, 38.0)}, 0.34, (52.0, 38.0),
+           {"rate": 0.5, "mean_length": 3.5, "per_position": [0.8, 0.6, 0.5]}),
     judged({"host": "orinnano-01", "device_class": "orin_nano", "decision": "reverted", "method": "ngram",
             "serving": "baseline", "reasons": ["revert to the baseline: 1 check(s) failed"],
-            "baseline": bench(40.0, 24.0), "speculative": bench(34.0, 28.0)}),
+            "baseline": bench(40.0, 24.0), "speculative": bench(34.0, 28.0)}, -0.15, (24.0, 28.0)),
     # A failed unit was not gated: no figures, whatever its benches.
     {"host": "orinnx-01", "device_class": "orin_nx", "decision": "failed", "method": "ngram",
      "serving": "baseline", "reasons": ["Serve the speculative plan: oom_at_start: Free memory on device ..."],
@@ -141,3 +147,18 @@ def test_unrecorded_failures_say_what_happened_and_what_to_do():
     assert "did not reach it" in refused["reasons"][1]
     line = report.summary_lines([refused], "run1")[0]
     assert line.startswith("thor-02: FAILED") and "manifest unknown" in line
+
+
+def test_the_report_shows_bounds_blocks_drift_and_the_output_check():
+    from specfleet import gate, policy, rollout
+    from tests.benches import aba
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, diverge_at={"code_edit-p00": 5}), policy.merge({}))
+    record = {"host": "thor-01", "decision": "kept", "figures": verdict["figures"],
+              "measurement": rollout.measurement(verdict)}
+    values = report.row(record)
+    gain = verdict["figures"]["code_edit"]["throughput_gain_c1"]
+    assert values["speedup_c1_bounds"] == f"{1 + gain['lower']:.2f}..{1 + gain['upper']:.2f}"
+    assert (values["blocks"], values["baseline_drift"]) == (3, 0.0)
+    assert values["output_check"] == "15/16 identical, 1 numerics tie(s)"
+    text = report.to_markdown([record], "r")
+    assert f"({values['speedup_c1_bounds']})" in text and "15/16 identical, 1 numerics tie(s)" in text

@@ -6,7 +6,7 @@ import json
 
 from specfleet import policy as policy_module
 from specfleet import release, rollout, serving
-from tests.unit.specfleet.test_status import BASELINE_BENCH, FAST_BENCH, SLOW_BENCH
+from tests.benches import ACCEPTANCE, bench
 
 POLICY = policy_module.merge({})
 ENV = {"HF_HUB_OFFLINE": "1"}
@@ -24,6 +24,9 @@ PLAN = {"host": "u", "device_class": "thor", "model": "m", "image": "img:1", "re
         "serving": make("speculative", EAGLE3), "baseline_serving": make("baseline")}
 BASELINE_ONLY = {**PLAN, "speculative": None, "reasons": ["no speculative method fits: serving the baseline only"],
                  "serving": {**make("baseline"), "kind": "speculative"}}
+BASELINE_BENCH = bench("baseline")
+FAST = bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
+SLOW = bench("speculative", 0.99, acceptance=ACCEPTANCE)
 
 
 def started(record: dict | None = None, plan: dict = PLAN, remeasure: bool = False, secrets=("HF_TOKEN",)) -> dict:
@@ -32,7 +35,15 @@ def started(record: dict | None = None, plan: dict = PLAN, remeasure: bool = Fal
 
 
 def measured_baseline(state: dict, plan: dict = PLAN) -> dict:
-    return rollout.baseline_measured(rollout.baseline_serving(state), plan, BASELINE_BENCH)
+    """The first baseline block measured: the speculative side is next."""
+    return rollout.block_measured(rollout.baseline_serving(state), plan, BASELINE_BENCH, POLICY)
+
+
+def gated(state: dict, candidate: dict, plan: dict = PLAN, closing: dict = BASELINE_BENCH) -> dict:
+    """The speculative block, then the closing baseline block, after which the gate decides."""
+    state = rollout.block_measured(state, plan, candidate, POLICY, {"method": "eagle3"})
+    assert state["next"] == "baseline" and state["next_serving"] == state["baseline"]
+    return rollout.block_measured(state, plan, closing, POLICY)
 
 
 def test_a_refused_plan_is_reported_and_touches_nothing():
@@ -46,11 +57,20 @@ def test_a_first_rollout_kept_becomes_the_known_good():
     state = started()
     assert not state["done"] and state["serve"] is None
     assert state["candidate"]["secret_env_names"] == ["HF_TOKEN"] and state["candidate"]["env"] == ENV
+    serving_baseline = rollout.baseline_serving(state)
+    assert (serving_baseline["next"], serving_baseline["next_serving"]) == ("baseline", state["baseline"])
     state = measured_baseline(state)
     assert state["record"]["known_good"] == state["record"]["current"] == state["baseline"]
-    state = rollout.candidate_measured(state, PLAN, FAST_BENCH, POLICY, {"method": "eagle3"})
-    assert state["done"] and state["serve"] is None
+    assert (state["next"], state["next_serving"]) == ("speculative", state["candidate"])
+    state = gated(state, FAST)
+    # Kept after baseline, speculative, baseline: the candidate serves again, as the known-good.
+    assert state["done"] and state["serve"] == state["candidate"] and state["next"] is None
     assert (state["outcome"]["decision"], state["outcome"]["serving"]) == ("kept", "speculative")
+    assert state["outcome"]["measurement"]["blocks"] == ["baseline", "speculative", "baseline"]
+    assert state["outcome"]["resolved_speculative_config"] == {"method": "eagle3"}
+    # The record keeps the figures, not every request.
+    assert "requests" not in state["outcome"]["speculative"]["results"]["code_edit"]["c1"]["runs"][0]
+    assert "outputs" not in state["outcome"]["speculative"]
     assert state["outcome"]["reasons"][0] == "planned eagle3"
     final = rollout.finish(state, "r1")
     assert final["record"]["known_good"] == final["record"]["current"] == state["candidate"]
@@ -63,7 +83,7 @@ def test_a_first_rollout_kept_becomes_the_known_good():
 
 
 def test_a_revert_serves_the_known_good_again():
-    state = rollout.candidate_measured(measured_baseline(started()), PLAN, SLOW_BENCH, POLICY)
+    state = gated(measured_baseline(started()), SLOW)
     assert state["outcome"]["decision"] == "reverted" and state["outcome"]["serving"] == "baseline"
     assert state["serve"] == state["baseline"] and state["record"]["current"] == state["baseline"]
     again = started(rollout.finish(state, "r1")["record"])
@@ -73,24 +93,33 @@ def test_a_revert_serves_the_known_good_again():
 
 def test_no_method_that_fits_keeps_the_baseline():
     state = measured_baseline(started(plan=BASELINE_ONLY), BASELINE_ONLY)
-    assert state["done"] and state["serve"] is None
+    assert state["done"] and state["serve"] is None and state["next"] is None
     assert state["outcome"] == {"decision": "reverted", "reasons": BASELINE_ONLY["reasons"],
-                                "baseline": BASELINE_BENCH, "serving": "baseline"}
+                                "baseline": rollout.slim(BASELINE_BENCH), "serving": "baseline"}
+
+
+def test_an_inconclusive_verdict_measures_one_more_pair():
+    borderline = bench("speculative", 1.33, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
+    state = gated(measured_baseline(started()), borderline)
+    assert not state["done"] and state["next"] == "speculative" and state["next_serving"] == state["candidate"]
+    state = gated(state, borderline)
+    assert state["done"] and len(state["blocks"]) == 5
+    assert any(reason.startswith("revert to the baseline: still inconclusive after 5 blocks")
+               for reason in state["outcome"]["reasons"]), state["outcome"]["reasons"]
 
 
 def test_an_earlier_decision_that_no_longer_starts_is_measured_again():
-    kept = rollout.finish(rollout.candidate_measured(measured_baseline(started()), PLAN, FAST_BENCH, POLICY), "r1")
+    kept = rollout.finish(gated(measured_baseline(started()), FAST), "r1")
     state = rollout.earlier_did_not_start(started(kept["record"]), "spec_config_rejected")
     assert not state["done"] and state["record"]["known_good"] is None
     assert state["remeasure_reasons"] == [
         "the speculative serving decided in run r1 did not start again (spec_config_rejected): measured again"]
-    state = rollout.candidate_measured(measured_baseline(state), PLAN, SLOW_BENCH, POLICY)
+    state = gated(measured_baseline(state), SLOW)
     assert state["outcome"]["reasons"][-1].startswith("the speculative serving decided in run r1")
 
 
 def test_secrets_configured_now_reach_the_known_good():
-    record = rollout.finish(rollout.candidate_measured(measured_baseline(started(secrets=())), PLAN, SLOW_BENCH,
-                                                       POLICY), "r1")["record"]
+    record = rollout.finish(gated(measured_baseline(started(secrets=())), SLOW), "r1")["record"]
     assert record["known_good"]["secret_env_names"] == []
     state = started(record, secrets=["VLLM_API_KEY"])
     assert state["record"]["known_good"]["secret_env_names"] == ["VLLM_API_KEY"]
@@ -109,13 +138,15 @@ def test_a_failure_before_the_baseline_was_measured_decides_nothing():
 
 def test_a_failed_candidate_rolls_back_and_is_remembered():
     state = measured_baseline(started())
-    bench_failure = {"bench": {"ok": False, "failure": {"class": "server_died", "message": "connection reset"}}}
-    state = rollout.failed(state, "Benchmark the speculative serving", bench_failure, BASELINE_BENCH,
-                           bench_failure["bench"])
+    failed_bench = {"label": "speculative", "ok": False,
+                    "failure": {"class": "server_died", "message": "connection reset"}}
+    state = rollout.failed(state, "Benchmark the speculative (block 2)", {"bench": failed_bench})
     final = rollout.finish(rollout.rolled_back(state), "r1")
-    assert final["outcome"]["failure"] == {"task": "Benchmark the speculative serving", "failure_class": "server_died",
+    assert final["outcome"]["failure"] == {"task": "Benchmark the speculative (block 2)",
+                                           "failure_class": "server_died",
                                            "message": "connection reset", "decisive_lines": []}
-    assert final["outcome"]["speculative"] == bench_failure["bench"] and final["outcome"]["serving"] == "baseline"
+    assert final["outcome"]["speculative"]["failure"] == failed_bench["failure"]
+    assert final["outcome"]["baseline"] == rollout.slim(BASELINE_BENCH) and final["outcome"]["serving"] == "baseline"
     assert final["record"]["current"] == final["record"]["known_good"] == state["baseline"]
     assert final["record"]["decisions"][state["candidate"]["spec_id"]]["decision"] == "failed"
 
@@ -140,7 +171,7 @@ def test_a_known_good_that_does_not_start_yields_to_the_baseline_then_to_nothing
 
 
 def test_the_unit_record_carries_the_plan():
-    state = rollout.candidate_measured(measured_baseline(started()), PLAN, FAST_BENCH, POLICY)
+    state = gated(measured_baseline(started()), FAST)
     record = rollout.unit_record(state, PLAN, "thor-01", "r1")
     assert (record["host"], record["run_id"], record["method"], record["num_speculative_tokens"]) == (
         "thor-01", "r1", "eagle3", 5)
@@ -167,13 +198,16 @@ def test_out_of_memory_at_start_starts_the_lighter_variant_once_and_keeps_it():
                                             "Start the spec and wait until it serves", OOM)
     retry = state["retry"]["serving"]
     assert state["serve"] == retry and retry["flags"] == LIGHTER["flags"]
+    # Every later speculative block measures the variant too.
+    assert (state["next"], state["next_serving"]) == ("speculative", retry)
     assert (retry["env"], retry["mounts"]) == (ENV, MOUNTS) and retry["spec_id"] != state["candidate"]["spec_id"]
     assert state["retry"]["reason"] == (
         "the speculative serving ran out of memory at start (ValueError: Free memory on device cuda:0 "
         "(40.1/62.8 GiB) on startup is less than desired); started once more with "
         "--gpu-memory-utilization 0.70 (was 0.80)")
-    kept = rollout.candidate_measured(state, RETRY_PLAN, FAST_BENCH, POLICY)
+    kept = gated(state, FAST, RETRY_PLAN)
     assert kept["outcome"]["decision"] == "kept" and state["retry"]["reason"] in kept["outcome"]["reasons"]
+    assert kept["serve"] == retry
     final = rollout.finish(kept, "r1")
     assert final["record"]["known_good"] == final["record"]["current"] == retry
     # Remembered under the planned candidate: the next run serves the variant without measuring.
@@ -188,11 +222,11 @@ def test_out_of_memory_at_start_starts_the_lighter_variant_once_and_keeps_it():
 
 
 def test_a_second_failure_or_another_cause_or_no_variant_fails_as_the_start_failed():
-    baseline_measured = measured_baseline(started(plan=RETRY_PLAN), RETRY_PLAN)
+    first_block = measured_baseline(started(plan=RETRY_PLAN), RETRY_PLAN)
     task = "Start the spec and wait until it serves"
-    once = rollout.candidate_did_not_start(baseline_measured, RETRY_PLAN, task, OOM)
+    once = rollout.candidate_did_not_start(first_block, RETRY_PLAN, task, OOM)
     twice = rollout.candidate_did_not_start(once, RETRY_PLAN, task, OOM)
-    rejected = rollout.candidate_did_not_start(baseline_measured, RETRY_PLAN, task,
+    rejected = rollout.candidate_did_not_start(first_block, RETRY_PLAN, task,
                                                {"failure_class": "spec_config_rejected", "msg": "bad"})
     no_variant = rollout.candidate_did_not_start(measured_baseline(started()), PLAN, task, OOM)
     for state in (twice, rejected, no_variant):
@@ -210,14 +244,14 @@ def test_a_second_failure_or_another_cause_or_no_variant_fails_as_the_start_fail
 
 
 def test_a_kept_unit_whose_drafts_are_mostly_accepted_is_told_to_measure_a_longer_draft():
-    from tests.unit.specfleet.test_status import bench
-    accepted = bench(584.6, 1.57, 2970.3, {"rate": 0.72, "mean_length": 4.6, "per_position": [0.9], "drafts": 700})
-    state = rollout.candidate_measured(measured_baseline(started()), PLAN, accepted, POLICY)
+    accepted = bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1,
+                     acceptance={"rate": 0.72, "mean_length": 4.6, "per_position": [0.9], "drafts": 700})
+    state = gated(measured_baseline(started()), accepted)
     assert state["outcome"]["decision"] == "kept"
     assert ("draft length: 72% of drafted tokens accepted at c=1 (> 60%) with num_speculative_tokens 5: "
             "a longer draft may pay; measure 6 (specfleet_spec_tokens)") in state["outcome"]["reasons"]
-    # FAST_BENCH accepts 33%: at the class's start (5 on Thor) there is nothing to say.
-    kept = rollout.candidate_measured(measured_baseline(started()), PLAN, FAST_BENCH, POLICY)
+    # FAST accepts 36%: at the class's start (5 on Thor) there is nothing to say.
+    kept = gated(measured_baseline(started()), FAST)
     assert not any(reason.startswith("draft length") for reason in kept["outcome"]["reasons"])
 
 

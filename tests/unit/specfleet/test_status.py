@@ -16,8 +16,9 @@ import yaml
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from rich.console import Console
 
-from specfleet import cli, gate, release, serving, status
+from specfleet import cli, gate, release, rollout, serving, status
 from specfleet import policy as policy_module
+from tests.benches import ACCEPTANCE, aba
 from tests.conftest import REPO, load_module
 
 vllm_container = load_module("vllm_container")
@@ -39,50 +40,25 @@ CANDIDATE_SPEC = unit_spec("speculative", speculative_config=SPEC_CONFIG)
 OTHER_SPEC = unit_spec("speculative", speculative_config=SPEC_CONFIG, extra_flags=[["--seed", "1"]], secrets=())
 
 
-def cell(throughput: float, tpot: float, acceptance: dict | None = None) -> dict:
-    """A spec_bench cell: three runs around a median (the shape gate.decide reads)."""
-    runs = [throughput * 0.99, throughput, throughput * 1.01]
-    return {
-        "runs": [{"throughput_tok_s": t, "tpot_p50_ms": tpot, "failed_requests": 0} for t in runs],
-        "throughput_tok_s": {"median": throughput, "runs": runs, "spread": 0.02},
-        "tpot_ms": {"p50": tpot, "p90": tpot * 1.1, "mean": tpot},
-        "acceptance": acceptance,
-    }
-
-
-def bench(c1: float, tpot: float, c8: float, acceptance: dict | None = None) -> dict:
-    return {
-        "ok": True,
-        "failure": None,
-        "results": {"code_edit": {"c1": cell(c1, tpot, acceptance), "c8": cell(c8, tpot * 2, acceptance)}},
-        "output_hashes": {"code_edit": "a" * 64},
-        "output_stable": {"code_edit": True},
-    }
-
-
-ACCEPTANCE = {"rate": 0.33, "mean_length": 2.63, "per_position": [0.48, 0.39, 0.32], "drafts": 700}
-BASELINE_BENCH = bench(375.2, 2.57, 2588.1)
-FAST_BENCH = bench(584.6, 1.57, 2970.3, ACCEPTANCE)
-SLOW_BENCH = bench(370.0, 2.60, 2500.0, {"rate": 0.05, "mean_length": 1.2, "per_position": [0.05]})
-
-
-def outcome(baseline: dict, speculative: dict) -> dict:
-    """The outcome the rollout records ("Record the outcome" in playbooks/rollout.yml)."""
-    verdict = gate.decide(baseline, speculative, policy_module.merge({}))
+def outcome(blocks: list[dict]) -> dict:
+    """The outcome the rollout records (specfleet.rollout) from interleaved blocks."""
+    verdict = gate.decide(blocks, policy_module.merge({}))
     kept = verdict["decision"] == "keep"
     return {
         "decision": "kept" if kept else "reverted",
         "reasons": verdict["reasons"],
         "figures": verdict["figures"],
-        "baseline": baseline,
-        "speculative": speculative,
+        "measurement": rollout.measurement(verdict),
+        "baseline": blocks[0]["bench"],
+        "speculative": blocks[1]["bench"],
         "resolved_speculative_config": SPEC_CONFIG,
         "serving": "speculative" if kept else "baseline",
     }
 
 
-KEPT = outcome(BASELINE_BENCH, FAST_BENCH)
-REVERTED = outcome(BASELINE_BENCH, SLOW_BENCH)
+KEPT = outcome(aba(1.8, c8_speed=1.2, chat_speed=1.1))
+REVERTED = outcome(aba(0.99))
+BASELINE_BENCH = aba(1.0)[0]["bench"]
 FAILED = {
     "decision": "failed",
     "reasons": ["Serve the speculative plan: oom_at_start: no memory", "rolled back to the known-good serving"],
@@ -187,11 +163,12 @@ CASES = [
                 "decision": "kept",
                 "serving": "speculative",
                 "candidate_spec_id": CANDIDATE_SPEC["spec_id"],
-                "speedup_c1": round(584.6 / 375.2, 3),
-                "tpot_p50_baseline_ms": 2.57,
-                "tpot_p50_speculative_ms": 1.57,
-                "acceptance_rate": 0.33,
-                "mean_acceptance_length": 2.63,
+                # As the gate found them: the figures the fleet report shows too.
+                "speedup_c1": round(1 + KEPT["figures"]["code_edit"]["throughput_gain_c1"]["value"], 3),
+                "tpot_p50_baseline_ms": KEPT["figures"]["code_edit"]["tpot_drop_c1"]["baseline"],
+                "tpot_p50_speculative_ms": KEPT["figures"]["code_edit"]["tpot_drop_c1"]["candidate"],
+                "acceptance_rate": ACCEPTANCE["rate"],
+                "mean_acceptance_length": ACCEPTANCE["mean_length"],
             },
         },
         [],
@@ -203,7 +180,9 @@ CASES = [
             "serving": "running",
             "current_is_known_good": True,
             "known_good": status.spec_summary(BASELINE_SPEC),
-            "last": {"decision": "reverted", "speedup_c1": round(370.0 / 375.2, 3), "acceptance_rate": 0.05},
+            "last": {"decision": "reverted",
+                     "speedup_c1": round(1 + REVERTED["figures"]["code_edit"]["throughput_gain_c1"]["value"], 3),
+                     "acceptance_rate": ACCEPTANCE["rate"]},
         },
         [],
     ),
@@ -920,4 +899,5 @@ def test_table_shows_every_unit_and_escapes_markup():
     text = console.file.getvalue()
     assert f"{len(rows)} unit(s), {len(rows) - 1} reachable" in text
     assert "UNREACHABLE" in text and "[bold]odd[/bold] error" in text
-    assert "eagle3 k=5" in text and "vllm/vllm-openai:v0.20.2" in text and "x1.56" in text
+    speedup = round(1 + KEPT["figures"]["code_edit"]["throughput_gain_c1"]["value"], 3)
+    assert "eagle3 k=5" in text and "vllm/vllm-openai:v0.20.2" in text and f"x{speedup:.2f}" in text

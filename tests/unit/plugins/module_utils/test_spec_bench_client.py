@@ -380,12 +380,10 @@ def test_aggregate_per_run_throughput_and_pooled_latencies():
     assert cell["output_tokens"] == 20 and cell["requests"] == 4 and cell["failed_requests"] == 0
     assert cell["acceptance"] == {"rate": 0.4, "mean_length": 3.0, "per_position": [0.8, 0.6], "drafts": 20,
                                   "draft_tokens": 100, "accepted": 40}
-    assert cell["runs"][0]["output_hash"] == client.output_hash(["t", "t"])
-
-
-def test_output_hash_is_order_and_boundary_sensitive():
-    assert client.output_hash(["ab", "c"]) != client.output_hash(["a", "bc"])
-    assert client.output_hash(["a", "b"]) != client.output_hash(["b", "a"])
+    first = cell["runs"][0]["requests"][0]
+    assert first == {"prompt": None, "tokens": 5, "ttft_ms": 100.0, "tpot_ms": 50.0, "e2e_ms": 300.0, "chunks": 3,
+                     "text": client.text_digest("t")}
+    assert cell["bursts"] == {"remeasured_runs": 0, "bursty_requests_left_out": 0}
 
 
 # --- prompts ------------------------------------------------------------------------------------
@@ -395,9 +393,9 @@ def test_prompt_sets_are_fixed_and_named():
     assert prompts.WORKLOADS == ("code_edit", "chat")
     code = prompts.prompts("code_edit")
     chat = prompts.prompts("chat")
-    assert len(code) == 8 and len(chat) == 8
-    assert all("docstrings and type hints" in p and "```python" in p and p.count("\n") >= 25 for p in code)
+    assert len(code) >= 32 and len(chat) >= 32  # more in test_spec_bench_prompts.py
+    assert all("type hints" in p and "```python" in p and p.count("\n") >= 15 for p in code)
     assert all("300 words" in p for p in chat)
-    assert len(set(code)) == 8 and len(set(chat)) == 8
+    assert len(set(code)) == len(code) and len(set(chat)) == len(chat)
     with pytest.raises(KeyError, match="known"):
         prompts.prompts("poetry")
