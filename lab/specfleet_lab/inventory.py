@@ -127,7 +127,7 @@ def group_vars_all(
         "specfleet_lab_registry_ca": "/etc/docker/certs.d/" + cfg.mirror + "/ca.crt",
         "specfleet_image_mirror": cfg.mirror,
         # Per lab: `lab up` may build the engine images anew (new digests under the same tags).
-        "specfleet_image_digest_dir": str(cfg.inventory_dir / "image-digests"),
+        "specfleet_image_digest_dir": str(image_digest_dir(cfg)),
     }
     if apt_mirror:
         data["specfleet_bootstrap_apt_mirror"] = {
@@ -278,7 +278,7 @@ def write_inventory(
     root = cfg.inventory_dir
     group_vars = root / "group_vars"
     group_vars.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(root / "image-digests", ignore_errors=True)  # this lab's images are new ones
+    shutil.rmtree(image_digest_dir(cfg), ignore_errors=True)  # this lab's images are new ones
     hosts = root / "hosts.yml"
     hosts.write_text(HEADER + HOSTS_NOTE + _dump(inventory_data(cfg, units)))
     all_text = HEADER + dump_with_comments(group_vars_all(cfg, profile, store, apt_mirror), ALL_COMMENTS)
@@ -307,8 +307,14 @@ def write_inventory(
     return hosts
 
 
+def image_digest_dir(cfg: LabConfig) -> Path:
+    """The lab's record of each image's first pull. Not below the inventory directory: Ansible
+    reads every file there as an inventory source, and a record ("sha256:...") became a host."""
+    return cfg.build_dir / "image-digests"
+
+
 def remove_inventory(cfg: LabConfig) -> None:
-    shutil.rmtree(cfg.inventory_dir / "image-digests", ignore_errors=True)
+    shutil.rmtree(image_digest_dir(cfg), ignore_errors=True)
     group_vars = cfg.inventory_dir / "group_vars"
     for path in (cfg.inventory_dir / "hosts.yml", group_vars / "all.yml",
                  *(group_vars / f"{c}.yml" for c in CLASS_MODELS)):

@@ -18,6 +18,11 @@ class FilterModule:
         return {
             "compile_cache_key": prewarm.plan_key,
             "compile_cache_factors": prewarm.plan_factors,
+            "compile_cache_servings": prewarm.unit_servings,
             "compile_cache_groups": prewarm.group_units,
+            "compile_cache_golden_runs": prewarm.golden_runs,
+            "compile_cache_entries": prewarm.unit_entries,
             "compile_cache_jobs": prewarm.distribution_jobs,
+            "compile_cache_result": prewarm.unit_result,
+            "compile_cache_summary": prewarm.summary_lines,
         }

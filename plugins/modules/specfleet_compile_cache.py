@@ -29,7 +29,9 @@ options:
     type: path
     required: true
   key:
-    description: Compile-cache key (the P(specfleet.fleet.compile_cache_key#filter) filter).
+    description:
+      - Compile-cache key (an item's C(key) of P(specfleet.fleet.compile_cache_servings#filter); the plan's
+        candidate's is P(specfleet.fleet.compile_cache_key#filter)).
     type: str
     required: true
   state:

@@ -55,8 +55,9 @@ from tests.conftest import on_unit  # noqa: E402  (test_prewarm_lab imports it f
 
 
 # ---- the lab unit ---------------------------------------------------------------------------
-def plans() -> dict[str, dict]:
-    out = subprocess.run([str(BIN / "specfleet"), "plan", "-i", str(INVENTORY), "--format", "json"],
+def plans(*extra: str) -> dict[str, dict]:
+    """The lab's plans by host; ``extra``: more `specfleet plan` arguments (``--policy FILE``)."""
+    out = subprocess.run([str(BIN / "specfleet"), "plan", "-i", str(INVENTORY), "--format", "json", *extra],
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     data = json.loads(out)
     return {plan["host"]: plan for plan in (data if isinstance(data, list) else data["plans"])}
@@ -106,7 +107,9 @@ def read_startup_log(log: str) -> dict[str, Any]:
 def emulator_start(host: str, plan: dict, cache_mount: str, name: str = CONTAINER, port: int = PORT
                    ) -> dict[str, Any]:
     """Start the emulator with ``cache_mount`` as its vLLM cache root; time it; remove it."""
-    on_unit(host, f"docker rm -f {name} >/dev/null 2>&1 || true")
+    # Caches dropped first, as the toolkit does before every start: the weights an earlier start
+    # read stay in the unit's (emulated) page cache, which counts as used on unified memory.
+    on_unit(host, f"docker rm -f {name} >/dev/null 2>&1 || true; sync && sysctl -w vm.drop_caches=3 >/dev/null")
     try:
         result = module(host, "specfleet.fleet.vllm_container", serve_params(plan["serving"], cache_mount, name, port))
         if not result.get("ready"):

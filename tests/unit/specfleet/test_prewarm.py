@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from specfleet import prewarm, serving
+from tests.conftest import plan_for
 
 IMAGE = "10.213.77.1:5000/vllm/vllm-openai:v0.20.2"
 MODEL = "nvidia/Llama-3.1-8B-Instruct-FP4"
+EVENT = "Qwen/Qwen3-0.6B"
 SPEC = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 5}
 FLAGS = [["--gpu-memory-utilization", "0.80"], ["--max-model-len", "8192"], ["--max-num-seqs", "8"], ["--seed", "42"]]
 
@@ -122,10 +124,78 @@ def test_plan_key_none_for_a_refused_plan():
     assert prewarm.plan_factors(plan)["args"]["--max-num-seqs"] == "8"
 
 
+# ---- a unit's servings ----------------------------------------------------------------------
+def test_a_unit_warms_its_candidate_and_its_baseline(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), MODEL)
+    servings = prewarm.unit_servings(plan)
+    assert [(s["sources"], s["serving"]["kind"]) for s in servings] == [(["plan"], "speculative"),
+                                                                        (["baseline"], "baseline")]
+    # The candidate's key is the one the store has always had (existing stores stay valid).
+    assert servings[0]["key"] == prewarm.plan_key(plan)
+    assert servings[0]["factors"] == prewarm.plan_factors(plan)
+    # Baseline and candidate differ by --speculative-config only (and the neutral utilisation).
+    args = [s["factors"]["args"] for s in servings]
+    assert {k: v for k, v in args[0].items() if k != "--speculative-config"} == args[1]
+    assert servings[1]["key"] == prewarm.cache_key("thor", plan["image"], plan["image_digest"],
+                                                   plan["baseline_serving"])
+
+
+def test_the_candidates_key_is_the_plans_key_of_old():
+    # A store collected when a unit had one key (its plan's serving) is still that serving's.
+    plan = {"device_class": "thor", "image": IMAGE, "image_digest": None, "serving": SERVING,
+            "baseline_serving": spec(speculative_config=None), "refused": False}
+    candidate, baseline = prewarm.unit_servings(plan)
+    assert candidate["key"] == prewarm.plan_key(plan) == "thor-57c9c29f80bb"
+    assert baseline["key"] == key(spec(speculative_config=None)) != candidate["key"]
+    # A pinned digest names the plan's image for each of its servings.
+    digest = "sha256:" + "a" * 64
+    pinned = prewarm.unit_servings({**plan, "image_digest": digest})
+    assert [s["key"] for s in pinned] == [key(digest=digest), key(spec(speculative_config=None), digest=digest)]
+    assert pinned[0]["factors"]["image"] == digest
+
+
+def test_which_servings_are_warmed_is_chosen(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), MODEL, specfleet_event_models=[EVENT])
+    assert [s["sources"] for s in prewarm.unit_servings(plan)] == [["plan"], ["baseline"], ["event"], ["event"]]
+    assert [s["sources"] for s in prewarm.unit_servings(plan, ["baseline"])] == [["baseline"]]
+    event = prewarm.unit_servings(plan, ["event"])
+    assert [(s["serving"]["model"], s["serving"]["kind"]) for s in event] == [(EVENT, "baseline"),
+                                                                              (EVENT, "speculative")]
+    assert prewarm.unit_servings(plan, []) == []
+    with pytest.raises(ValueError, match="'candidate'"):
+        prewarm.unit_servings(plan, ["plan", "candidate"])
+
+
+def test_servings_with_the_same_graph_share_one_key(unit_facts):
+    # An event model that is the plan's own model: its servings are the plan's, one key each.
+    plan = plan_for(unit_facts("thor-r38"), MODEL, specfleet_event_models=[MODEL])
+    servings = prewarm.unit_servings(plan)
+    assert [s["sources"] for s in servings] == [["plan", "event"], ["baseline", "event"]]
+    # A plan whose speculation does not fit serves its baseline as the candidate: one key.
+    baseline_only = {**plan, "serving": {**plan["baseline_serving"], "kind": "speculative"}, "event": {}}
+    (only,) = prewarm.unit_servings(baseline_only)
+    assert only["sources"] == ["plan", "baseline"]
+
+
+def test_refused_plans_and_other_engines_have_nothing_to_warm(unit_facts):
+    refused = plan_for(unit_facts("x86-server"), MODEL)
+    assert refused["refused"]
+    assert prewarm.unit_servings(refused) == [] and prewarm.plan_key(refused) is None
+    # Refused for its own model, the unit still plans the event's (prepare stages neither).
+    nano = plan_for(unit_facts("orin-nano-8gb-r36"), "meta-llama/Llama-3.1-8B-Instruct", specfleet_event_models=[EVENT])
+    assert nano["refused"] and nano["image"] and nano["event"]["servings"]
+    assert prewarm.unit_servings(nano) == []
+    # The DGX Spark serves with TensorRT-LLM: no torch.compile cache to warm, for its event models neither.
+    spark = plan_for(unit_facts("dgx-spark"), MODEL, specfleet_event_models=[EVENT])
+    assert not spark["refused"] and spark["serving"]["engine"] == "trtllm"
+    assert spark["event"]["servings"] and {s["engine"] for s in spark["event"]["servings"]} == {"trtllm"}
+    assert prewarm.unit_servings(spark) == [] and prewarm.plan_key(spark) is None
+
+
 # ---- grouping ------------------------------------------------------------------------------
 def test_one_golden_per_key_first_in_inventory_order():
-    units = [{"host": "a1", "key": "A"}, {"host": "b1", "key": "B"}, {"host": "a2", "key": "A"},
-             {"host": "x", "key": None}]
+    units = [{"host": "a1", "cache_keys": ["A"]}, {"host": "b1", "cache_keys": ["B"]},
+             {"host": "a2", "cache_keys": ["A"]}, {"host": "x", "cache_keys": []}]
     groups = prewarm.group_units(units)
     assert list(groups) == ["A", "B"]
     assert groups["A"] == {"golden": "a1", "units": ["a1", "a2"]}
@@ -133,24 +203,101 @@ def test_one_golden_per_key_first_in_inventory_order():
 
 
 def test_golden_prefers_an_idle_unit_and_is_deterministic():
-    units = [{"host": "a1", "key": "A", "serving": True}, {"host": "a2", "key": "A", "serving": False},
-             {"host": "a3", "key": "A", "serving": False}]
+    units = [{"host": "a1", "cache_keys": ["A"], "serving": True},
+             {"host": "a2", "cache_keys": ["A"], "serving": False},
+             {"host": "a3", "cache_keys": ["A"], "serving": False}]
     assert prewarm.group_units(units)["A"]["golden"] == "a2"
     all_serving = [{**u, "serving": True} for u in units]
     assert prewarm.group_units(all_serving)["A"]["golden"] == "a1"
     assert prewarm.group_units(units) == prewarm.group_units(list(units))
 
 
+def test_a_unit_with_several_keys():
+    # One unit alone with its two keys compiles both; idle units of shared keys share the work
+    # (their golden runs go side by side); a serving unit is the golden unit only when no unit
+    # of the key is idle, and then the first takes all of them (stopped once, not twice).
+    units = [{"host": "solo", "cache_keys": ["S1", "S2"], "serving": True},
+             {"host": "i1", "cache_keys": ["P", "B", "E1", "E2"]},
+             {"host": "i2", "cache_keys": ["P", "B", "E1", "E2"]},
+             {"host": "s1", "cache_keys": ["Q", "R"], "serving": True},
+             {"host": "s2", "cache_keys": ["Q", "R"], "serving": True},
+             {"host": "w", "cache_keys": ["W1", "W2"], "serving": True}, {"host": "wi", "cache_keys": ["W2"]}]
+    groups = prewarm.group_units(units)
+    assert {key: group["golden"] for key, group in groups.items()} == {
+        "S1": "solo", "S2": "solo", "P": "i1", "B": "i2", "E1": "i1", "E2": "i2", "Q": "s1", "R": "s1",
+        "W1": "w", "W2": "wi"}
+    assert groups["P"]["units"] == ["i1", "i2"] and groups["W2"]["units"] == ["w", "wi"]
+
+
+def test_golden_runs_are_the_golden_units_missing_stores():
+    servings = [{"key": "P"}, {"key": "B"}, {"key": "E"}]
+    groups = {"P": {"golden": "u1"}, "B": {"golden": "u2"}, "E": {"golden": "u1"}}
+    stores = {"P": {"present": False}, "B": {"present": False}, "E": {"present": True}}
+    assert prewarm.golden_runs(servings, groups, stores, "u1") == [{"key": "P"}]
+    assert prewarm.golden_runs(servings, groups, stores, "u2") == [{"key": "B"}]
+    assert prewarm.golden_runs(servings, groups, {}, "u1") == [{"key": "P"}, {"key": "E"}]
+
+
+# ---- what each unit holds and gets ---------------------------------------------------------------
+def store_of(*names: str, present: bool = True) -> dict:
+    return {"present": present, "entries": [{"name": n, "id": f"id-{n}", "manifest": {"name": n}} for n in names]}
+
+
+def test_a_unit_takes_every_entry_of_its_keys_each_name_once():
+    stores = {"P": store_of("h1"), "B": store_of("h2", "h1"), "E": store_of("h3", present=False)}
+    entries = prewarm.unit_entries(["P", "B", "E"], stores)
+    # h1 under both P and B: one vLLM hash directory on the unit, taken from P (the first key).
+    assert [(e["key"], e["name"], e["ref"]) for e in entries] == [("P", "h1", "P/h1"), ("B", "h2", "B/h2")]
+    assert entries[0]["manifest"] == {"name": "h1"} and entries[0]["id"] == "id-h1"
+    assert [e["ref"] for e in prewarm.unit_entries(["B", "P"], stores)] == ["B/h2", "B/h1"]
+
+
 def test_distribution_jobs_only_for_present_stores_and_missing_entries():
-    units = [{"host": "a1", "key": "A", "missing": []}, {"host": "a2", "key": "A", "missing": ["h1"]},
-             {"host": "b1", "key": "B", "missing": []}, {"host": "c1", "key": "C", "missing": ["h3"]},
-             {"host": "n", "key": None, "missing": []}]
-    stores = {"A": {"present": True, "entries": [{"name": "h1"}, {"name": "h2"}]},
-              "B": {"present": True, "entries": [{"name": "h1"}]},
-              "C": {"present": False, "entries": []}}
+    units = [{"host": "a1", "cache_keys": ["A"], "missing": []},
+             {"host": "a2", "cache_keys": ["A"], "missing": ["A/h1"]},
+             {"host": "b1", "cache_keys": ["B"], "missing": []},
+             {"host": "c1", "cache_keys": ["C"], "missing": ["C/h3"]},
+             {"host": "n", "cache_keys": [], "missing": []}]
+    stores = {"A": store_of("h1", "h2"), "B": store_of("h1"), "C": store_of(present=False)}
     # Every unit of the key is a target (holders serve their peers); other keys never.
     assert prewarm.distribution_jobs(units, stores) == [{"key": "A", "entry": "h1", "units": ["a1", "a2"]}]
     assert prewarm.distribution_jobs([{**u, "missing": []} for u in units], stores) == []
+
+
+def test_distribution_jobs_for_units_of_several_keys():
+    units = [{"host": "u1", "cache_keys": ["P1", "B", "E"], "missing": ["P1/p1", "B/b", "E/e"]},
+             {"host": "u2", "cache_keys": ["P2", "B", "E"], "missing": ["E/e"]},
+             {"host": "u3", "cache_keys": ["P2", "E"], "missing": ["P2/p2"]}]
+    stores = {"P1": store_of("p1"), "B": store_of("b"), "E": store_of("e"), "P2": store_of("p2")}
+    assert prewarm.distribution_jobs(units, stores) == [
+        {"key": "P1", "entry": "p1", "units": ["u1"]},
+        {"key": "B", "entry": "b", "units": ["u1", "u2"]},
+        {"key": "E", "entry": "e", "units": ["u1", "u2", "u3"]},
+        {"key": "P2", "entry": "p2", "units": ["u2", "u3"]}]
+    # An entry a unit takes from an earlier key is never sent to it under the later key.
+    shared = {"A": store_of("h"), "B": store_of("h")}
+    jobs = prewarm.distribution_jobs([{"host": "u", "cache_keys": ["A", "B"], "missing": ["A/h"]},
+                                      {"host": "v", "cache_keys": ["B"], "missing": ["B/h"]}], shared)
+    assert jobs == [{"key": "A", "entry": "h", "units": ["u"]}, {"key": "B", "entry": "h", "units": ["v"]}]
+
+
+def test_unit_result_and_its_summary(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), MODEL)
+    servings = prewarm.unit_servings(plan)
+    candidate, baseline = (s["key"] for s in servings)
+    groups = {candidate: {"golden": "unit-1"}, baseline: {"golden": "unit-2"}}
+    stores = {candidate: store_of("h1"), baseline: store_of("h2", "h1")}
+    result = prewarm.unit_result(servings, groups, stores, "unit-1", [f"{baseline}/h2"])
+    assert result == {"keys": [
+        {"key": candidate, "sources": ["plan"], "model": MODEL, "method": "eagle3", "golden": True,
+         "entries": ["h1"], "shared": [], "received": []},
+        {"key": baseline, "sources": ["baseline"], "model": MODEL, "method": None, "golden": False,
+         "entries": ["h2"], "shared": ["h1"], "received": ["h2"]}]}
+    assert prewarm.summary_lines(result) == [
+        f"{candidate} (plan: {MODEL} + eagle3): golden, entries h1, received nothing",
+        f"{baseline} (baseline: {MODEL}): entries h2, received h2, shares h1 with an earlier key"]
+    assert prewarm.summary_lines(prewarm.unit_result([], {}, {}, "unit-1", [])) == [
+        "no vLLM serving to warm (plan refused, another engine, or none selected)"]
 
 
 # ---- the controller store --------------------------------------------------------------------
