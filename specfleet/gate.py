@@ -13,7 +13,8 @@ Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
   ``1 - specfleet_gate_margin``.
 - Every other gated workload shows no regression beyond the margin: its throughput at
   concurrency 1 reverts when even its upper bound is below ``1 - margin`` (a guard against
-  harm, not a second proof: a break-even chat workload must not revert a unit).
+  harm, not a second proof: a break-even chat workload must not revert a unit). Its loss at
+  concurrency 8, if any, is reported, not gated.
 - A bound that straddles its threshold is inconclusive: one more pair of blocks (B, A) is
   measured while ``specfleet_gate_max_blocks`` allows, then the verdict is taken again. Still
   inconclusive at the budget reverts, saying so. A figure that clears its threshold in the
@@ -52,7 +53,7 @@ from specfleet.policy import defaults as policy_defaults
 
 SINGLE = "c1"
 LOADED = "c8"
-PASS, FAIL, OPEN = "pass", "fail", "inconclusive"
+PASS, FAIL, OPEN, NOTE = "pass", "fail", "inconclusive", "note"
 KEEP, REVERT, MEASURE = "keep", "revert", "measure"
 
 
@@ -204,14 +205,22 @@ def _workload_checks(workload: str, primary: bool, benches: Sequence[Mapping[str
         # A guard against harm: the data must show a loss beyond the margin to revert. Asking
         # them to prove no loss would revert most units whose chat is break-even (the seeds
         # measured EAGLE-3 at 0.99x on chat) at any affordable number of blocks.
-        for name, label, found in (("throughput_c1", "throughput at c=1", gain),
-                                   ("throughput_c8", "throughput at c=8", load)):
-            if found["value"] is None:
-                check(name, FAIL, f"no {label} measurement on both sides")
-            elif found["upper"] < -margin:
-                check(name, FAIL, f"{line(label, found)}: regresses beyond the {_pct(margin, False)} margin")
-            else:
-                check(name, PASS, f"{line(label, found)}: no regression beyond the {_pct(margin, False)} margin shown")
+        # At concurrency 8 the primary workload's non-inferiority decides; here a regression is
+        # reported (a per-batch-size table, where the image has one, turns speculation off
+        # under load), not gated: reverting every unit whose chat loses under load would revert
+        # nearly every EAGLE-3 unit (vLLM issues #27379, #31014 report such losses).
+        if gain["value"] is None:
+            check("throughput_c1", FAIL, "no throughput measurement at concurrency 1 on both sides")
+        elif gain["upper"] < -margin:
+            check("throughput_c1", FAIL, f"{line('throughput at c=1', gain)}: regresses beyond the "
+                                         f"{_pct(margin, False)} margin")
+        else:
+            check("throughput_c1", PASS, f"{line('throughput at c=1', gain)}: no regression beyond the "
+                                         f"{_pct(margin, False)} margin shown")
+        if load["value"] is not None and load["upper"] < -margin:
+            checks.append({"workload": workload, "check": "throughput_c8", "verdict": NOTE,
+                           "reason": f"{workload}: {line('throughput at c=8', load)}: regresses under load "
+                                     f"(reported, not gated: only the primary workload's c=8 is)"})
         return checks, figures
     if load["value"] is None:
         check("throughput_c8", FAIL, "no throughput measurement at concurrency 8 on both sides: "
@@ -400,7 +409,7 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> di
                      f"({len(baseline_unstable)} prompt(s)): its own numerics are not deterministic")
 
     for item in result["checks"]:
-        {FAIL: failing, OPEN: opened, PASS: passing}[item["verdict"]].append(item["reason"])
+        {FAIL: failing, OPEN: opened, PASS: passing, NOTE: notes}[item["verdict"]].append(item["reason"])
     if failing:
         decision, headline = REVERT, f"revert to the baseline: {len(failing)} check(s) failed"
     elif opened and len(sides) + 2 <= budget:

@@ -65,13 +65,15 @@ def answer(prompt: str, diverge_at: int | None = None) -> dict[str, Any]:
 
 
 def bench(side: str, speed: float = 1.0, *, c8_speed: float | None = None, chat_speed: float | None = None,
+          chat_c8_speed: float | None = None,
           prompts: int = PROMPTS, noise: float = 0.0, seed: int = 0, workloads: Sequence[str] = WORKLOADS,
           acceptance: Mapping[str, Any] | None = None, diverge_at: Mapping[str, int] | None = None,
           unstable: bool = False, ok: bool = True, failure: Mapping[str, Any] | None = None,
           levels: Sequence[int] = (1, 8)) -> dict[str, Any]:
     """One block's bench. ``speed``: code_edit at c=1 relative to the baseline (1.0); ``c8_speed``
-    and ``chat_speed`` default to it. ``diverge_at``: prompt -> token position where this side's
-    answer differs from the baseline's; ``unstable``: its output check disagrees with its own run."""
+    and ``chat_speed`` default to it, ``chat_c8_speed`` to ``c8_speed``. ``diverge_at``: prompt ->
+    token position where this side's answer differs from the baseline's; ``unstable``: its output
+    check disagrees with its own run."""
     generator = random.Random(seed)
 
     def draw() -> float:
@@ -86,6 +88,8 @@ def bench(side: str, speed: float = 1.0, *, c8_speed: float | None = None, chat_
         results[workload] = {}
         for level in levels:
             level_speed = base_speed if level == 1 else (c8_speed if c8_speed is not None else base_speed)
+            if workload != workloads[0] and level != 1 and chat_c8_speed is not None:
+                level_speed = chat_c8_speed
             results[workload][f"c{level}"] = _cell(workload, level, level_speed, prompts, draw,
                                                    acceptance if side == "speculative" else None, texts)
         checked = dict(list(answers.items())[:8])

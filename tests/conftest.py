@@ -113,6 +113,23 @@ def plan_for(facts: dict, model: str, **overrides) -> dict:
     return plan_unit("unit-1", facts, catalog.model(model), resolved, catalog)
 
 
+# What the gate decides on each kind of the mixed lab, as the emulator's model makes them (ratios
+# with speculation: code edits at c=1 / c=8, chat at c=1; noiseless figures of
+# lab/emulator/vllm_emulator/perfmodel.py): AGX Orin, BF16 + EAGLE-3 k=3, 1.81 / 1.53 / 0.96:
+# kept. Thor, FP4 + EAGLE-3 k=5, 1.69 / 1.50 / 0.74: five drafted positions cost more than
+# chat's ~1.2 tokens a step bring on a fast FP4 target, reverted for chat. Orin NX, FP4 + draft
+# model k=3, 1.32 / 1.14 / 0.83, and Orin Nano, n-gram, below 1.1: reverted. The DGX Spark's
+# EAGLE-3 head on TensorRT-LLM costs more than it saves: reverted. Far from every threshold, so
+# a lab test can assert them.
+LAB_DECISIONS = {"thor": "reverted", "agxorin": "kept", "orinnx": "reverted", "orinnano": "reverted",
+                 "spark": "reverted"}
+
+
+def lab_decision(host: str) -> str:
+    """The decision the gate takes on a lab unit of the mixed profile (LAB_DECISIONS)."""
+    return LAB_DECISIONS[host.split("-", 1)[0]]
+
+
 LAB_PROFILE = "mixed"
 LAB_UNITS = 9
 

@@ -30,7 +30,7 @@ from specfleet_lab import aptmirror, inventory, lab
 from specfleet_lab.config import LabConfig
 
 from tests import hub_standin
-from tests.conftest import trust_lab_host_keys, unavailable
+from tests.conftest import lab_decision, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 UNITS = 3
@@ -297,11 +297,11 @@ def test_site_installs_from_the_mirror_and_rolls_out(cfg: LabConfig, stock_lab: 
     install = next(chunk for chunk in first.stdout.split("TASK [")
                    if chunk.startswith("specfleet.fleet.specfleet_bootstrap : Install them]"))
     assert {name for name in NAMES if f"changed: [{name}]" in install} == rolled_out["lacking"], install
-    # The mixed profile's first three kinds keep EAGLE-3 (as tests/integration/test_rollout_lab.py shows
-    # for the root-login lab): the stock units reach the same decisions.
+    # The stock units reach the decisions the root-login lab's units of the same kinds reach
+    # (tests/conftest.py LAB_DECISIONS): EAGLE-3 kept on AGX Orin, reverted for chat on Thor.
     records = decisions(rolled_out["first_run"])
     assert {name: (r["decision"], r["method"]) for name, r in records.items()} == {
-        name: ("kept", "eagle3") for name in NAMES}, {name: r["reasons"] for name, r in records.items()}
+        name: (lab_decision(name), "eagle3") for name in NAMES}, {name: r["reasons"] for name, r in records.items()}
     for unit in units(stock_lab):
         proc = ssh(cfg, "nvidia", unit["address"],
                    "dpkg-query -W -f '${Package} ${db:Status-Status}\\n' docker.io nvidia-container-toolkit "
@@ -414,12 +414,13 @@ def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
         assert recap(out)[QUICKSTART_UNIT]["failed"] == 0, out[-4000:]
         run_dir = max((event / "runs").iterdir())
         record = decisions(run_dir)[QUICKSTART_UNIT]
-        assert (record["decision"], record["method"]) == ("kept", "eagle3"), record
+        assert (record["decision"], record["method"]) == (lab_decision(QUICKSTART_UNIT), "eagle3"), record
         # The report, as `specfleet report --latest --format md` printed it after the playbook, then
         # `specfleet status`: the unit's release record (0600, root's) read through become.
         after = out[out.rindex("PLAY RECAP"):].split("\n", 2)[2]
         assert (run_dir / "report.md").is_file() and QUICKSTART_UNIT in after
-        assert "eagle3 k=5" in after and "(record" not in after and "UNREACHABLE" not in after, after[-3000:]
+        # Reverted (chat): status shows the unit on its known-good baseline, read from its record.
+        assert "baseline" in after and "(record" not in after and "UNREACHABLE" not in after, after[-3000:]
     finally:
         quickstart.remove_user()
 
@@ -448,7 +449,7 @@ def test_a_unit_whose_mirror_lacks_the_toolkit_fails_in_prepare_and_the_others_g
     reason = json.dumps(failed)
     assert "cannot install nvidia-container-toolkit" in reason and "debian-no-toolkit" in reason, reason
     assert {name: records[name]["decision"] for name in NAMES if name != host} == {
-        name: "kept" for name in NAMES if name != host}
+        name: lab_decision(name) for name in NAMES if name != host}
 
 
 def test_rekeyed_unit_is_refused_until_trusted_again(cfg: LabConfig, stock_lab: dict, ansible_bin: Path) -> None:

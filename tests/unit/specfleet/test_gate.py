@@ -34,6 +34,14 @@ def test_gate_table(name, speeds, decision, phrase):
     assert verdict["blocks"] == ["baseline", "speculative", "baseline"]
 
 
+def test_chat_losing_under_load_is_reported_not_gated():
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.0, chat_c8_speed=0.8), POLICY)
+    assert verdict["decision"] == "keep", verdict["reasons"]
+    (note,) = [check for check in verdict["checks"] if check["verdict"] == "note"]
+    assert (note["workload"], note["check"]) == ("chat", "throughput_c8")
+    assert any("regresses under load (reported, not gated" in reason for reason in verdict["reasons"])
+
+
 def test_figures_carry_the_estimate_and_its_bounds():
     verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1), POLICY)
     code = verdict["figures"]["code_edit"]
