@@ -8,9 +8,13 @@ and once with the request function `vllm bench serve` itself uses for `--backend
 openai-chat` (vllm.benchmarks.lib.endpoint_request_func.async_request_openai_chat_completions,
 on an aiohttp session configured like `vllm bench serve`'s), back to back, the order
 alternating per request. Load from anything else on the machine therefore hits both
-clients alike. Writes one row per request with each side's own raw figures; vLLM's TPOT is
-computed with `vllm bench serve`'s formula (calculate_metrics in vllm/benchmarks/serve.py):
-(latency - ttft) / (output_tokens - 1), output_tokens from the usage chunk.
+clients alike. Each request opens with a nonce line of its own (the client's
+``tagged``/``request_tag``, as run_benchmark sends), so the second request of a pair is not
+served from the prefix cache the first one filled. Writes one row per request with each
+side's own raw figures; vLLM's TPOT is computed with `vllm bench serve`'s formula
+(calculate_metrics in vllm/benchmarks/serve.py): (latency - ttft) / (output_tokens - 1),
+output_tokens from the usage chunk. ``chunk_times`` are each side's token-chunk arrivals,
+in seconds from its send, for the client's burst rule.
 """
 
 from __future__ import annotations
@@ -59,10 +63,16 @@ def record_text_chunks(client: ModuleType) -> None:
     client.StreamState = Recording
 
 
-def ours(client: ModuleType, cfg: dict[str, Any], index: int) -> dict[str, Any]:
+def prompt(client: ModuleType, cfg: dict[str, Any], index: int, phase: str) -> str:
+    """The prompt with a nonce line unique to (phase, index): never a prefix-cache hit."""
+    return client.tagged(cfg["prompts"][index], client.request_tag(cfg["workload"], f"pair/{phase}", index))
+
+
+def ours(client: ModuleType, cfg: dict[str, Any], index: int, phase: str) -> dict[str, Any]:
     endpoint = client.Endpoint.parse(cfg["base_url"])
     body = client.build_request_body(
-        "chat", cfg["model"], cfg["prompts"][index], cfg["max_tokens"], cfg["seed"], ignore_eos=cfg["ignore_eos"]
+        "chat", cfg["model"], prompt(client, cfg, index, phase), cfg["max_tokens"], cfg["seed"],
+        ignore_eos=cfg["ignore_eos"],
     )
     cpu = time.process_time()
     result = client.stream_request(endpoint, client.CHAT_PATH, body, 300.0, index=index)
@@ -82,16 +92,19 @@ def ours(client: ModuleType, cfg: dict[str, Any], index: int) -> dict[str, Any]:
         "tokens": result.completion_tokens,
         "prompt_tokens": result.prompt_tokens,
         "chunks": len(result.chunk_times),
+        "chunk_times": [t - result.sent_at for t in result.chunk_times],
         "finish_reason": result.finish_reason,
         "cpu_s": cpu,
     }
 
 
-async def theirs(session: aiohttp.ClientSession, cfg: dict[str, Any], index: int) -> dict[str, Any]:
+async def theirs(
+    client: ModuleType, session: aiohttp.ClientSession, cfg: dict[str, Any], index: int, phase: str
+) -> dict[str, Any]:
     # What `vllm bench serve --backend openai-chat --temperature 0 --top-p 1 [--ignore-eos]
     # --extra-body '{"seed": ...}'` sends: max_completion_tokens, content as a text part.
     request = RequestFuncInput(
-        prompt=cfg["prompts"][index],
+        prompt=prompt(client, cfg, index, phase),
         api_url=cfg["base_url"] + "/v1/chat/completions",
         prompt_len=0,
         output_len=cfg["max_tokens"],
@@ -102,6 +115,9 @@ async def theirs(session: aiohttp.ClientSession, cfg: dict[str, Any], index: int
     out = await async_request_openai_chat_completions(request, session)
     tokens = out.output_tokens or None
     tpot = (out.latency - out.ttft) / (tokens - 1) if out.success and tokens and tokens > 1 else None
+    times = [out.ttft]
+    for gap in out.itl:
+        times.append(times[-1] + gap)
     return {
         "ok": out.success,
         "error": out.error[-300:] or None,
@@ -111,6 +127,7 @@ async def theirs(session: aiohttp.ClientSession, cfg: dict[str, Any], index: int
         "tokens": tokens,
         "prompt_tokens": out.prompt_len,
         "chunks": 1 + len(out.itl),
+        "chunk_times": times if out.success else [],
     }
 
 
@@ -132,14 +149,19 @@ async def main(cfg: dict[str, Any], out_path: Path) -> None:
         connector=connector, trust_env=False, timeout=aiohttp.ClientTimeout(total=600)
     ) as session:
         for index in range(min(2, len(cfg["prompts"]))):  # warm-up, both sides, not recorded
-            ours(client, cfg, index)
-            await theirs(session, cfg, index)
+            ours(client, cfg, index, "warm-up/ours")
+            await theirs(client, session, cfg, index, "warm-up/vllm")
         for number in range(cfg["rounds"]):
             for index in range(len(cfg["prompts"])):
                 first_ours = (number + index) % 2 == 0
                 pair: dict[str, Any] = {"round": number, "index": index, "ours_first": first_ours}
                 for side in ("ours", "vllm") if first_ours else ("vllm", "ours"):
-                    pair[side] = ours(client, cfg, index) if side == "ours" else await theirs(session, cfg, index)
+                    phase = f"round{number}/{side}"
+                    pair[side] = (
+                        ours(client, cfg, index, phase)
+                        if side == "ours"
+                        else await theirs(client, session, cfg, index, phase)
+                    )
                 rows.append(pair)
     out_path.write_text(json.dumps(rows, indent=1))
 
