@@ -948,6 +948,11 @@ def classify_failure(
     return {"class": first.error_class or "unknown", "message": detail}
 
 
+# A warm-up request's answer length: enough decode steps to warm every batch shape the runs use
+# (the prompts' prefill is what differs between requests), at a fraction of a full answer's time.
+WARMUP_TOKENS = 32
+
+
 def request_tag(workload: str, phase: str, position: int) -> str:
     """The nonce opening a request's prompt: the same on both servers and in every block for
     the same (workload, phase, position), different between positions, runs and the warm-up,
@@ -983,8 +988,8 @@ def run_benchmark(
     burst_retries: int = 2,
     clock: Any = time.monotonic,
 ) -> dict[str, Any]:
-    """Per workload: ``warmups`` passes over its whole prompt set (discarded, at the highest
-    concurrency), then ``repetitions`` measured runs per concurrency N, each keeping N requests
+    """Per workload: ``warmups`` passes over the prompts its runs will send (discarded, at the
+    highest concurrency), then ``repetitions`` measured runs per concurrency N, each keeping N requests
     in flight over ``requests`` requests (0: max(4N, the set's size)) that cycle the set, then
     the output check: the first ``output_check`` prompts once more at concurrency 1 with their
     tokens' logprobs and ``top_logprobs`` alternatives.
@@ -1017,9 +1022,9 @@ def run_benchmark(
             return False, None
 
     def batch_of(workload: str, phase: str, picks: list[int], level: int, entries: list[tuple[str, str]],
-                 logprobs: int = 0) -> BatchResult:
+                 logprobs: int = 0, tokens: int = max_tokens) -> BatchResult:
         bodies = [build_request_body(kind, model, tagged(entries[index][1], request_tag(workload, phase, position)),
-                                     max_tokens, seed, top_logprobs=logprobs)
+                                     tokens, seed, top_logprobs=logprobs)
                   for position, index in enumerate(picks)]
         return run_batch(endpoint, path, bodies, level, request_timeout, deadline, True, clock,
                          [entries[index][0] for index in picks])
@@ -1029,20 +1034,26 @@ def run_benchmark(
             return {"class": DEADLINE, "message": f"run deadline ({deadline_s:.0f} s) reached at {where}"}
         return None
 
+    def run_size(level: int, entries: list[tuple[str, str]]) -> int:
+        return max(4 * level, requests or len(entries))
+
     for workload, entries in prompt_sets.items():
         results[workload] = {}
-        every = list(range(len(entries)))
+        # Every prompt the measured runs will send, once each.
+        used = sorted({index for level in concurrency for run in range(repetitions)
+                       for index in run_sequence(run_size(level, entries), run, len(entries))})
         for number in range(warmups):
             failure = out_of_time(f"{workload} warm-up")
             if failure is None:
-                warm = batch_of(workload, f"warmup{number}", every, max(concurrency), entries)
+                warm = batch_of(workload, f"warmup{number}", used, max(concurrency), entries,
+                                tokens=min(max_tokens, WARMUP_TOKENS))
                 if warm.failed:
                     failure = classify_failure(endpoint, warm, f"{workload} warm-up {number + 1}")
             if failure is not None:
                 break
         for level in concurrency if failure is None else []:
             where = f"{workload} c={level}"
-            count = max(4 * level, requests or len(entries))
+            count = run_size(level, entries)
             batches: list[BatchResult] = []
             deltas: list[dict[str, Any] | None] = []
             metrics_ok = True

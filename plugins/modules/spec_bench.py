@@ -11,7 +11,8 @@ description:
   - Measures an OpenAI-compatible vLLM endpoint from the unit itself with streaming
     requests at temperature 0, C(top_p=1.0) and a fixed seed, over fixed prompt sets
     (C(code_edit), high prompt/output overlap; C(chat), low overlap), at each concurrency.
-  - Per workload, O(warmups) discarded passes over its whole prompt set; then per
+  - Per workload, O(warmups) discarded passes over the prompts its runs will send (answers of
+    at most 32 tokens, enough decode steps to warm every batch shape); then per
     concurrency N, O(repetitions) measured runs, each keeping N requests in flight over
     max(4N, O(requests)) requests (by default max(4N, the set's size)) that cycle the set (as
     C(vllm bench serve --max-concurrency) with many more prompts than N). Every prompt opens
@@ -61,7 +62,7 @@ options:
     elements: int
     default: [1, 8]
   warmups:
-    description: Discarded passes over each workload's whole prompt set before its measured runs.
+    description: Discarded passes over the prompts each workload's measured runs will send, before them.
     type: int
     default: 1
   repetitions:
@@ -308,7 +309,7 @@ def build_context(params: dict, model: str, version: str | None, endpoint: Endpo
         "warmups": params["warmups"],
         "repetitions": params["repetitions"],
         "requests": params["requests"] or "max(4 x concurrency, prompts)",
-        "warmup_round": "every prompt of the set once, discarded",
+        "warmup_round": "every prompt the runs send, once, discarded",
         "prefix": "a nonce line opens every prompt (uncached prefill)",
         "output_check": params["output_check"],
     }

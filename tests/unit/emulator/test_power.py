@@ -131,10 +131,12 @@ def test_the_pace_follows_a_mode_changed_under_a_running_server(launch, lab_env)
     write_state(path, MAXN_PINNED)
     server = launch(TARGET_FP4, ["--max-model-len", "4096"])
     assert any("power state" in line and "MAXN" in line for line in server.stdout)
-    fast = stream_rate(server)
+    # The best of three streams each: a busy host only ever slows a stream down, so the
+    # fastest is the one closest to the programmed pace.
+    fast = max(stream_rate(server) for _ in range(3))
     write_state(path, LOW)  # `nvpmodel -m 2` on the unit; the server keeps running
     time.sleep(0.7)  # one check interval
-    slow = stream_rate(server)
+    slow = max(stream_rate(server) for _ in range(3))
     assert fast / slow == pytest.approx(expected_factor(LOW), rel=0.15)
     info = json.loads(server.get("/specfleet/emulator")[2])
     assert info["power"]["state"]["mode_name"] == "15W" and info["power"]["state"]["clocks_pinned"] is False
