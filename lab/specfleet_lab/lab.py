@@ -403,6 +403,13 @@ def status(cfg: LabConfig) -> dict[str, Any]:
     }
 
 
+def is_leftover(lab_status: dict[str, Any]) -> bool:
+    """A lab state with nothing of it running (its dockerd and every process gone): what a
+    killed run or a reboot leaves. Safe to clear; a lab with anything alive is someone's."""
+    return (lab_status["lab"] == "degraded" and not any(lab_status["processes"].values())
+            and all(unit["state"] == "missing" for unit in lab_status["units"]))
+
+
 def _container_states(cfg: LabConfig) -> dict[str, str]:
     proc = engine.docker(
         cfg,

@@ -44,7 +44,10 @@ def lab_units() -> Iterator[list[Node]]:
     if shutil.which("ip") is None or shutil.which("rsync") is None:
         unavailable("iproute2 or rsync is missing")
     cfg = LabConfig()
-    if lab.status(cfg)["lab"] != "down":
+    status = lab.status(cfg)
+    if lab.is_leftover(status):
+        lab.down(cfg)  # a killed run's or a reboot's state, nothing of it running: cleared
+    elif status["lab"] != "down":
         unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
     try:
         lab.up(cfg, "workshop", UNITS, MBIT, stock=True)

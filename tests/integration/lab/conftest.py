@@ -2,7 +2,8 @@
 
 The lab needs root (namespaces, its own dockerd, iptables); without root every lab test
 is skipped with that reason. A lab that is already up is never touched: the tests skip
-rather than take down someone's lab.
+(fail where CI=true) rather than take down someone's lab. What a killed run or a reboot
+left (a state file, nothing of it running) is cleared first.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def running_lab(cfg: LabConfig) -> Iterator[dict]:
         unavailable("the lab needs root (network namespaces, its own dockerd, iptables)")
     if shutil.which("ip") is None:
         unavailable("iproute2 is missing")
-    if lab.status(cfg)["lab"] != "down":
+    status = lab.status(cfg)
+    if lab.is_leftover(status):
+        lab.down(cfg)  # a killed run's or a reboot's state, nothing of it running: cleared
+    elif status["lab"] != "down":
         unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
     before = snapshot()
     result = lab.up(cfg, "mixed", LAB_UNITS)

@@ -264,3 +264,22 @@ def test_already_up_refuses_a_change_of_stock(tmp_path, monkeypatch):
         lab._already_up(cfg, st, "mixed", 3, None, False, True, lambda _m: None)
     monkeypatch.setattr(lab, "status", lambda _cfg: {"units": []})
     assert lab._already_up(cfg, st, "mixed", 3, None, False, False, lambda _m: None)["changed"] is False
+
+
+def test_a_killed_runs_state_is_a_leftover_and_a_live_lab_is_not(tmp_path):
+    """The lab tests clear what a killed run or a reboot left (CI's machine may start with
+    such a state file) and never a lab with anything of it still running."""
+    cfg = cfg_in(tmp_path)
+    unit = {"name": "thor-01", "device_class": "thor", "kind_id": "thor-t5000", "address": "10.213.77.10",
+            "container": "sflab-thor-01"}
+    gone = {"pid": 2**22 + 1, "match": "dockerd --host=unix:///nowhere"}
+    state.save(cfg.state_file, state.LabState(profile="mixed", units_requested=1, complete=True,
+                                              processes={"dockerd": gone}, units=[unit]))
+    status = lab.status(cfg)
+    assert status["lab"] == "degraded" and lab.is_leftover(status)
+    alive = {"pid": os.getpid(), "match": "python"}
+    state.save(cfg.state_file, state.LabState(profile="mixed", units_requested=1, complete=True,
+                                              processes={"dockerd": gone, "apt-mirror": alive},
+                                              units=[unit]))
+    assert not lab.is_leftover(lab.status(cfg))
+    assert not lab.is_leftover({"lab": "down", "units": [], "processes": {}})
