@@ -269,7 +269,8 @@ def test_already_up_refuses_a_change_of_stock(tmp_path, monkeypatch):
 def test_a_killed_runs_state_is_a_leftover_and_a_live_lab_is_not(tmp_path):
     """The lab tests clear what a killed run or a reboot left (CI's machine may start with
     such a state file) and never a lab with anything of it still running."""
-    cfg = cfg_in(tmp_path)
+    # Its own run folder too: a lab that is up on this machine must not answer for these units.
+    cfg = LabConfig(repo=tmp_path, var_dir=tmp_path / "var", run_dir=tmp_path / "run")
     unit = {"name": "thor-01", "device_class": "thor", "kind_id": "thor-t5000", "address": "10.213.77.10",
             "container": "sflab-thor-01"}
     gone = {"pid": 2**22 + 1, "match": "dockerd --host=unix:///nowhere"}
