@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specfleet import sweep
+
 DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
-    "host", "device_class", "model", "power", "decision", "method", "num_speculative_tokens", "serving",
+    "host", "device_class", "model", "power", "decision", "method", "num_speculative_tokens", "draft_sweep", "serving",
     "workload", "speedup_c1", "speedup_c1_bounds", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
     "acceptance_rate", "mean_acceptance_length", "blocks", "baseline_drift", "output_check", "reasons",
 )
@@ -126,6 +128,7 @@ def row(record: Mapping) -> dict[str, Any]:
         "decision": record.get("decision"),
         "method": record.get("method"),
         "num_speculative_tokens": record.get("num_speculative_tokens"),
+        "draft_sweep": sweep.report_text(record.get("sweep")),
         "serving": record.get("serving"),
         "workload": gated(record)[0],
         "speedup_c1": speedup(record),
@@ -196,16 +199,16 @@ def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
         f"{totals['units']} units: **{totals['kept']} kept**, {totals['reverted']} reverted, "
         f"{totals['failed']} failed.",
         "",
-        "| host | class | power | decision | method | k | speedup c=1 (bounds) | TPOT p50 base/spec (ms) "
+        "| host | class | power | decision | method | k | k sweep | speedup c=1 (bounds) | TPOT p50 base/spec (ms) "
         "| speedup c=8 | acceptance | blocks | baseline drift | outputs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for record in records:
         values = row(record)
         lines.append(
             f"| {values['host']} | {values['device_class']} | {_fmt(values['power'])} | {values['decision']} | "
             f"{values['method'] or '-'} | "
-            f"{_fmt(values['num_speculative_tokens'])} | {_fmt(values['speedup_c1'])} "
+            f"{_fmt(values['num_speculative_tokens'])} | {_fmt(values['draft_sweep'])} | {_fmt(values['speedup_c1'])} "
             f"({_fmt(values['speedup_c1_bounds'])}) | "
             f"{_fmt(values['tpot_p50_baseline_ms'], 1)} / {_fmt(values['tpot_p50_speculative_ms'], 1)} | "
             f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} | {_fmt(values['blocks'])} | "

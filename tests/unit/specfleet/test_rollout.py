@@ -263,3 +263,77 @@ def test_draft_length_rule():
     assert draft_length_advice(0.45, 6, 3, 16).endswith("the longer draft does not pay; go back to 3")
     assert draft_length_advice(None, 3, 3, 16) is None           # no spec-decode counters
     assert draft_length_advice(0.9, None, 3, 16) is None         # nothing drafted (baseline only)
+
+
+# ---- a key's canary sweeps the draft length ---------------------------------------------------
+SWEEP_PLAN = {**PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
+# As the emulator's Thor FP4 + EAGLE-3: the longer draft wins code edits and loses chat.
+SHORT_DRAFT = bench("speculative", 1.52, c8_speed=1.2, chat_speed=0.99, acceptance=ACCEPTANCE, seed=3)
+LONG_DRAFT = bench("speculative", 1.69, c8_speed=1.2, chat_speed=0.74, acceptance=ACCEPTANCE, seed=5)
+
+
+def swept(first: dict, second: dict, plan: dict = SWEEP_PLAN) -> list[dict]:
+    """The canary's states after each block: A, B(k=2), A, B(k=5), A."""
+    state = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, ["HF_TOKEN"], False, sweeping=True), plan)
+    states = [state]
+    for candidate in (first, second):
+        state = rollout.block_measured(state, plan, candidate, POLICY)
+        states.append(state)
+        state = rollout.block_measured(state, plan, BASELINE_BENCH, POLICY)
+        states.append(state)
+    return states
+
+
+def test_a_canary_measures_each_draft_length_and_keeps_the_best():
+    states = swept(SHORT_DRAFT, LONG_DRAFT)
+    first = states[0]
+    two = serving.speculation(first["next_serving"])["num_speculative_tokens"]
+    assert (first["next"], first["next_tokens"], two) == ("speculative", 2, 2)
+    assert first["next_serving"]["spec_id"] != first["candidate"]["spec_id"]
+    assert (states[2]["next"], states[2]["next_tokens"]) == ("speculative", 5)
+    assert states[2]["next_serving"]["spec_id"] == first["candidate"]["spec_id"]  # the plan's own k
+    state = states[-1]
+    assert [block.get("tokens") for block in state["blocks"]] == [None, 2, None, 5, None]
+    # k=5 loses chat; k=2 keeps: the canary serves k=2, as its known-good.
+    outcome = state["outcome"]
+    assert state["done"] and outcome["decision"] == "kept" and outcome["sweep"]["chosen"] == 2
+    assert [(entry["tokens"], entry["decision"]) for entry in outcome["sweep"]["measured"]] == [(2, "keep"),
+                                                                                               (5, "revert")]
+    assert serving.speculation(state["serve"])["num_speculative_tokens"] == 2
+    assert outcome["swept_spec_id"] == state["serve"]["spec_id"]
+    assert outcome["measurement"]["blocks"] == ["baseline", "speculative", "baseline"]
+    assert any(reason.startswith("draft length measured: k=2 keep") for reason in outcome["reasons"])
+    final = rollout.finish(state, "r1")
+    assert final["record"]["known_good"] == state["serve"]
+    assert rollout.unit_record(final, SWEEP_PLAN, "u", "r1")["num_speculative_tokens"] == 2
+    # Remembered under the planned candidate: a re-run serves k=2 without sweeping again.
+    again = rollout.start(SWEEP_PLAN, json.dumps(final["record"]), ENV, MOUNTS, ["HF_TOKEN"], False, sweeping=True)
+    assert again["done"] and again["serve"] == state["serve"]
+    assert again["outcome"]["sweep"]["chosen"] == 2
+
+
+def test_a_canary_that_keeps_no_draft_length_reverts_with_the_planned_ks_reasons():
+    state = swept(SLOW, LONG_DRAFT)[-1]
+    outcome = state["outcome"]
+    assert outcome["decision"] == "reverted" and outcome["sweep"]["chosen"] is None
+    assert state["serve"] == state["baseline"] and "swept_spec_id" not in outcome
+    assert any("chat: throughput at c=1" in reason for reason in outcome["reasons"])  # k=5's own
+    assert outcome["reasons"][-1].endswith("no k kept")
+
+
+def test_a_longer_draft_is_measured_while_the_longest_is_best_and_mostly_accepted():
+    accepted = {"rate": 0.72, "mean_length": 4.6, "per_position": [0.9], "drafts": 700}
+    fast = bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=accepted)
+    state = swept(SHORT_DRAFT, fast)[-1]
+    assert (state["next"], state["next_tokens"]) == ("speculative", 6)
+
+
+def test_a_draft_length_that_does_not_start_fails_the_canary_without_a_retry():
+    plan = {**RETRY_PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
+    state = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, [], False, sweeping=True), plan)
+    failed = rollout.candidate_did_not_start(state, plan, "Start the speculative serving", OOM)
+    assert failed["serve"] is None and failed["failure"]["failure_class"] == "oom_at_start"
+    # Not the canary (sweeping False): the unit measures its planned k, with its retry.
+    later = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, [], False), plan)
+    assert later["next_tokens"] is None and later["next_serving"] == later["candidate"]
+    assert rollout.candidate_did_not_start(later, plan, "Start", OOM)["retry"] is not None
