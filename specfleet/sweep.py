@@ -181,7 +181,13 @@ def unit_plan(plan: Mapping[str, Any], host: str, canaries_: Mapping[str, str],
     if chosen is not None:
         return planned_with(plan, chosen, canary), False
     own = serving.speculation(plan["serving"])["num_speculative_tokens"]
-    why = "kept no draft length" if (canary_state or {}).get("outcome") else "did not finish its sweep"
+    outcome = (canary_state or {}).get("outcome")
+    if outcome is None or outcome.get("decision") == "failed":
+        why = "did not finish"
+    elif "sweep" not in outcome:
+        why = "did not run (its earlier decision was reused; specfleet_rollout_remeasure sweeps again)"
+    else:
+        why = "kept no draft length"
     return {**plan, "sweep": {**planned, "canary": canary, "chosen": None},
             "reasons": [*plan["reasons"], f"num_speculative_tokens {own} as planned: {canary}'s sweep {why}"]}, False
 

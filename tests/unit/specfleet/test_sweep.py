@@ -110,7 +110,11 @@ def test_a_later_unit_takes_the_canarys_choice_or_says_why_not():
     same, _ = sweep.unit_plan(later, "thor-02", canaries, none)
     assert same["serving"] == later["serving"]
     assert same["reasons"][-1] == "num_speculative_tokens 5 as planned: thor-01's sweep kept no draft length"
-    assert sweep.unit_plan(later, "thor-02", canaries, None)[0]["reasons"][-1].endswith("did not finish its sweep")
+    assert sweep.unit_plan(later, "thor-02", canaries, None)[0]["reasons"][-1].endswith("01's sweep did not finish")
+    failed = {"outcome": {"decision": "failed", "reasons": ["..."]}}
+    assert sweep.unit_plan(later, "thor-02", canaries, failed)[0]["reasons"][-1].endswith("sweep did not finish")
+    reused = {"outcome": {"decision": "kept", "reused_from": "r0"}}
+    assert "its earlier decision was reused" in sweep.unit_plan(later, "thor-02", canaries, reused)[0]["reasons"][-1]
     # No canaries picked (a plan without a sweep, or a play that did not pick them): as planned.
     assert sweep.unit_plan(later, "thor-02", {}, None) == (later, False)
 
