@@ -20,8 +20,10 @@ apply. At each step it hands what happened to one of these pure functions (throu
   the known-good did not start again when it did not;
 - ``retry``: the plan's lighter speculative serving (``oom_retry``) placed on the unit and the
   reason, once the candidate ran out of memory at start and it was started in its place;
-- ``sweep``: on a key's canary, the draft lengths it measures (specfleet.sweep: ``tokens``, then
-  ``max``); ``next_tokens`` the one the next speculative block runs.
+- ``sweep``: on a key's canary, the draft lengths it measures (specfleet.sweep: ``tokens``,
+  ``max``, and ``not_started``: those whose serving did not start); ``next_tokens`` the one the
+  next speculative block runs;
+- ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _state(**fields: Any) -> State:
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
         "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
-        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None,
+        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "max_blocks": 0,
     }
     state.update(fields)
     return state
@@ -62,11 +64,14 @@ def start(
     secret_env_names: Sequence[str],
     remeasure: bool,
     sweeping: bool = False,
+    max_blocks: int = 0,
 ) -> State:
     """Where a unit starts: a refused plan is reported and nothing is touched; an earlier
     decision for the same candidate is served again without measuring (unless ``remeasure``);
     otherwise the unit is measured, starting from its baseline. ``sweeping``: the unit is its
-    key's canary and measures each draft length of its plan's sweep (specfleet.sweep)."""
+    key's canary and measures each draft length of its plan's sweep (specfleet.sweep);
+    ``max_blocks``: the gate's budget (specfleet_gate_max_blocks), a sweep's own when sweeping.
+    A unit planned with its canary's choice keeps it in its record."""
     if plan.get("refused"):
         outcome = {"decision": "failed", "reasons": [f"plan refused: {'; '.join(plan.get('reasons') or [])}"],
                    "serving": None}
@@ -80,9 +85,14 @@ def start(
         # recorded before an API key was set must not come back without it on a revert.
         record = {**record, "known_good": serving.for_unit(known_good, known_good["env"], known_good["mounts"],
                                                            secret_env_names)}
-    state = _state(record=record, baseline=baseline, candidate=candidate)
-    if sweeping and plan.get("sweep"):
-        state["sweep"] = {"tokens": list(plan["sweep"]["tokens"]), "max": policy_module.MAX_SPEC_TOKENS}
+    planned = plan.get("sweep") or {}
+    if not sweeping and planned.get("chosen") is not None:
+        record = release.swept(record, planned["key"], {"chosen": planned["chosen"], "canary": planned["canary"],
+                                                        "tokens": planned["tokens"]})
+    state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks)
+    if sweeping and planned:
+        state["sweep"] = {"tokens": list(planned["tokens"]), "max": policy_module.MAX_SPEC_TOKENS, "not_started": []}
+        state["max_blocks"] = sweep.max_blocks(planned["tokens"])
     earlier = None if remeasure else release.previous_decision(record, candidate["spec_id"])
     if earlier is None:
         return state
@@ -93,11 +103,6 @@ def start(
         if retried is None or retried["spec_id"] != earlier["retried_spec_id"]:
             return state
         decided = retried
-    elif earlier.get("decision") == "kept" and earlier.get("swept_spec_id"):
-        # Kept at the draft length its sweep chose: serve that one, while it is the same serving.
-        decided = sweep.with_tokens(candidate, earlier["sweep"]["chosen"])
-        if decided["spec_id"] != earlier["swept_spec_id"]:
-            return state
     else:
         decided = candidate if earlier.get("decision") == "kept" else record.get("known_good")
     outcome = {**earlier, "reused_from": earlier.get("run_id")}
@@ -169,11 +174,16 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
     ``serve`` stays None and ``failure`` says why, for the playbook to fail with (then
     ``failed`` rolls the unit back)."""
     failure = failure_of(task, result)
+    if state.get("sweep"):
+        # A draft length whose serving does not start is a revert; the baseline serves and is
+        # measured in its block, and the sweep goes on.
+        cause = (failure["decisive_lines"] or [failure["message"]])[0]
+        not_started = [*state["sweep"]["not_started"], {"tokens": state["next_tokens"],
+                                                        "failure_class": failure["failure_class"], "cause": cause}]
+        return _measuring(state, paired.BASELINE, serve=state["baseline"],
+                          sweep={**state["sweep"], "not_started": not_started})
     retry = _placed_retry(plan, state["candidate"])
-    # A sweep measures the draft lengths themselves: one that does not start fails the canary
-    # (its key's other units then measure their planned k, with their own retry).
-    if (failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None
-            or state.get("sweep")):
+    if failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None:
         return _evolve(state, serve=None, failure=failure)
     cause = (failure["decisive_lines"] or [failure["message"]])[0]
     reason = (f"the speculative serving ran out of memory at start ({cause}); started once more with "
@@ -209,8 +219,9 @@ def block_measured(
     known-good serves), or measure one more pair."""
     side = state["next"]
     block: dict[str, Any] = {"side": side, "bench": dict(bench)}
-    if state.get("next_tokens") is not None:
+    if side == paired.SPECULATIVE and state.get("next_tokens") is not None:
         block["tokens"] = state["next_tokens"]
+        block["resolved_speculative_config"] = dict(resolved_speculative_config or {}) or None
     blocks = [*(state.get("blocks") or []), block]
     fields: dict[str, Any] = {"blocks": blocks}
     if side == paired.SPECULATIVE and resolved_speculative_config and not state.get("resolved_speculative_config"):
@@ -240,32 +251,45 @@ def _swept_block(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapp
     if blocks[-1]["side"] == paired.SPECULATIVE:
         return _measuring(state, paired.BASELINE)
     judged = sweep.results(blocks, policy)
-    tokens = sweep.next_tokens(judged, planned["tokens"], planned["max"])
+    not_started = planned["not_started"]
+    tokens = sweep.next_tokens(judged, planned["tokens"], planned["max"], [entry["tokens"] for entry in not_started])
     if tokens is not None:
         return _measuring(state, paired.SPECULATIVE, tokens)
     chosen = sweep.best(judged)
-    found = sweep.summary(judged, chosen)
+    found = sweep.summary(judged, chosen, planned["tokens"], not_started)
+    choice = {"chosen": found["chosen"], "canary": plan["host"], "tokens": planned["tokens"],
+              "measured": found["measured"]}
+    state = _evolve(state, record=release.swept(state["record"], plan["sweep"]["key"], choice))
     if chosen is None:
         # The reasons of the planned k (else the last measured): why the canary reverts.
         own = serving.speculation(plan["serving"])["num_speculative_tokens"]
-        shown = next((entry for entry in judged if entry["tokens"] == own), judged[-1])
+        shown = next((entry for entry in judged if entry["tokens"] == own), judged[-1] if judged else None)
+        if shown is None:  # no draft length started
+            causes = [f"k={entry['tokens']}: {entry['cause']}" for entry in not_started]
+            reasons = [f"revert to the baseline: no draft length started ({'; '.join(causes)})"]
+            return _decided(state, plan, policy, {"decision": gate.REVERT, "reasons": reasons, "figures": {}},
+                            found=found, view=1)
         return _decided(state, plan, policy, shown["verdict"], found=found, view=shown["block"])
-    measured = sweep.with_tokens(state["candidate"], chosen["tokens"])
-    return _decided(state, plan, policy, chosen["verdict"], found=found, view=chosen["block"], measured=measured)
+    # The kept draft length is the unit's candidate from now on: its decision is recorded
+    # under it, and a re-run plans it (the record's sweeps) and reuses that decision.
+    state = _evolve(state, candidate=sweep.with_tokens(state["candidate"], chosen["tokens"]))
+    return _decided(state, plan, policy, chosen["verdict"], found=found, view=chosen["block"])
 
 
 def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[str, Any],
-             verdict: Mapping[str, Any], found: Mapping[str, Any] | None = None, view: int | None = None,
-             measured: Mapping[str, Any] | None = None) -> State:
+             verdict: Mapping[str, Any], found: Mapping[str, Any] | None = None, view: int | None = None) -> State:
     """The gate's keep or revert: what the unit serves and records. A sweep (``found``) decides
-    from the blocks around its speculative block ``view``; ``measured``: the serving kept."""
+    from the blocks around its speculative block ``view``."""
     keep = verdict["decision"] == gate.KEEP
     record = state["record"]
     known_good = record.get("known_good")
     retry = state.get("retry")
     blocks = state["blocks"] if view is None else state["blocks"][view - 1:view + 2]
     first_baseline = next(block["bench"] for block in blocks if block["side"] == paired.BASELINE)
-    last_candidate = [block["bench"] for block in blocks if block["side"] == paired.SPECULATIVE][-1]
+    speculative = [block for block in blocks if block["side"] == paired.SPECULATIVE]
+    last_candidate = speculative[-1]["bench"] if speculative else None
+    resolved = (speculative[-1].get("resolved_speculative_config") if found is not None and speculative
+                else state.get("resolved_speculative_config"))
     # A sweep measured the draft length; the rule of thumb has nothing to add to it.
     advice = [] if found is not None or plan.get("sweep") else _draft_length_advice(plan, policy, verdict["figures"])
     outcome = {
@@ -276,17 +300,15 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
         "measurement": measurement(verdict),
         "baseline": slim(first_baseline),
         "speculative": slim(last_candidate),
-        "resolved_speculative_config": state.get("resolved_speculative_config"),
+        "resolved_speculative_config": resolved,
         "serving": "speculative" if keep else (known_good or {}).get("kind"),
     }
     if retry is not None:
         outcome["retried_spec_id"] = retry["serving"]["spec_id"]
     if found is not None:
         outcome["sweep"] = dict(found)
-        if keep and measured is not None:
-            outcome["swept_spec_id"] = measured["spec_id"]
     if keep:
-        measured = measured or (retry["serving"] if retry is not None else state["candidate"])
+        measured = retry["serving"] if retry is not None else state["candidate"]
         return _measuring(state, None, outcome=outcome, done=True, serve=measured,
                           record=release.known_good(record, measured))
     return _measuring(state, None, outcome=outcome, done=True, serve=known_good,
@@ -422,7 +444,7 @@ def unit_record_path(host: str, run_id: str) -> str:
 def unit_record(state: Mapping[str, Any], plan: Mapping[str, Any], host: str, run_id: str) -> dict[str, Any]:
     """The unit's file in the run folder: its outcome and what it was planned to serve (a
     canary: the draft length its sweep chose)."""
-    found = sweep.chosen_by(state)
+    found = ((state["outcome"] or {}).get("sweep") or {}).get("chosen")
     return {
         **(state["outcome"] or {}),
         "host": host,

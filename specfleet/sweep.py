@@ -6,13 +6,16 @@ model and method is a measurement, not a rule of thumb: on a fast target every d
 position costs a sizeable share of a step, and a long draft can lose on open chat what it wins
 on code edits.
 
-So the first unit of each key (device class, model, method, image: what decides the figures)
-is its canary. It measures the key's candidate at each k of ``specfleet_spec_tokens_sweep``
-(per class), interleaved with its baseline (A, B(k1), A, B(k2), A, ...), each k judged by the
-gate on the baseline blocks either side of it; then, while the best k is the longest measured
-and its drafts are accepted more than 60 % of the time, one longer (the skill's rule, as a
-measurement). The best k is the one the gate keeps with the highest lower bound of the primary
-speedup; the key's other units are planned with it. The report shows every k measured.
+So the first unit of each key (device class, unit memory, model, method, image: what decides
+the figures) in the play is its canary. It measures the key's candidate at each k of
+``specfleet_spec_tokens_sweep`` (per class), interleaved with its baseline (A, B(k1), A, B(k2),
+A, ...), each k judged by the gate on the baseline blocks either side of it; then, when the
+best k is the longest planned and its drafts are accepted more than 60 % of the time, one
+longer (the skill's rule, as a measurement). A k that does not start is a revert, and the
+sweep goes on. The best k is the one the gate keeps with the highest lower bound of the primary
+speedup; the key's other units are planned with it. Every unit's release record keeps its
+key's choice (``sweeps``), so a re-run, also of one unit alone, plans the same k and reuses its
+decision. The report shows every k measured.
 
 Pure functions; the rollout (specfleet.rollout) sequences the blocks.
 """
@@ -38,7 +41,10 @@ def key(plan: Mapping[str, Any]) -> str | None:
     spec = plan.get("serving") or {}
     if plan.get("refused") or not plan.get("speculative") or spec.get("engine") != "vllm":
         return None
-    factors = [plan.get("device_class"), plan.get("model"), serving.speculation(spec)["method"],
+    # The unit's memory too: an AGX Orin 32 GB or an Orin NX 8 GB is not measured by its 64 GB
+    # or 16 GB sibling (other memory bandwidth, other KV room).
+    memory = round((plan.get("memory") or {}).get("unit_gib") or 0)
+    factors = [plan.get("device_class"), memory, plan.get("model"), serving.speculation(spec)["method"],
                plan.get("image_digest") or plan.get("image")]
     return hashlib.sha256(json.dumps(factors).encode()).hexdigest()[:12]
 
@@ -126,70 +132,89 @@ def best(judged: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return max(kept, key=lambda entry: (entry["gain_lower"] or 0.0, -entry["tokens"]))
 
 
-def next_tokens(judged: Sequence[Mapping[str, Any]], planned: Sequence[int], max_tokens: int) -> int | None:
-    """The next draft length to measure: the planned ones in order, then one longer while the
-    best is the longest measured and its drafts were accepted above the rule's rate."""
-    measured = [entry["tokens"] for entry in judged]
+def next_tokens(judged: Sequence[Mapping[str, Any]], planned: Sequence[int], max_tokens: int,
+                not_started: Sequence[int] = ()) -> int | None:
+    """The next draft length to measure: the planned ones in order, then one longer (once) when
+    the best is the longest planned and its drafts were accepted above the rule's rate."""
+    tried = {entry["tokens"] for entry in judged} | set(not_started)
     for tokens in planned:
-        if tokens not in measured:
+        if tokens not in tried:
             return tokens
     top = best(judged)
-    if top is None or top["tokens"] != max(measured) or top["tokens"] >= max_tokens:
+    if top is None or top["tokens"] != max(planned) or top["tokens"] >= max_tokens or top["tokens"] + 1 in tried:
         return None
     if (top["acceptance"] or 0.0) > LONGER_DRAFT_ACCEPTANCE:
         return top["tokens"] + 1
     return None
 
 
-def summary(judged: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What the record and the report keep of a sweep: every k with its decision, speedup bounds
-    and acceptance, and the k chosen (None: the gate kept none)."""
+def max_blocks(planned: Sequence[int]) -> int:
+    """The blocks a sweep of ``planned`` can take: the first baseline, then a pair per k and
+    for the one longer k (a k that does not start takes a baseline block in its place)."""
+    return 1 + 2 * (len(planned) + 1)
+
+
+def summary(judged: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any] | None, planned: Sequence[int],
+            not_started: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """What the record and the report keep of a sweep: the k planned, every k with its decision,
+    speedup bounds and acceptance (a k that did not start: a revert with its failure), and the
+    k chosen (None: the gate kept none)."""
     fields = ("tokens", "decision", "gain", "gain_lower", "gain_upper", "acceptance", "reason")
-    return {"chosen": chosen["tokens"] if chosen else None,
-            "measured": [{name: entry[name] for name in fields} for entry in judged]}
+    measured = [{name: entry[name] for name in fields} for entry in judged]
+    measured += [{"tokens": entry["tokens"], "decision": gate.REVERT, "gain": None, "gain_lower": None,
+                  "gain_upper": None, "acceptance": None, "reason": f"did not start ({entry['failure_class']})"}
+                 for entry in not_started]
+    return {"chosen": chosen["tokens"] if chosen else None, "tokens": list(planned),
+            "measured": sorted(measured, key=lambda entry: entry["tokens"])}
 
 
 def sentence(found: Mapping[str, Any]) -> str:
     """A sweep (its summary) in one line for the unit's reasons and the report."""
     parts = []
     for entry in found["measured"]:
-        gain = "n/a" if entry["gain"] is None else f"{entry['gain'] * 100:+.0f}%"
+        gain = entry["reason"] if entry["gain"] is None else f"{entry['gain'] * 100:+.0f}%"
         accepted = "" if entry["acceptance"] is None else f", {entry['acceptance'] * 100:.0f}% accepted"
         parts.append(f"k={entry['tokens']} {entry['decision']} ({gain}{accepted})")
     outcome = f"k={found['chosen']} chosen" if found["chosen"] is not None else "no k kept"
     return f"draft length measured: {'; '.join(parts)}: {outcome}"
 
 
-def chosen_by(canary_state: Mapping[str, Any] | None) -> int | None:
-    """The draft length a canary's rollout chose (also when its decision was reused from an
-    earlier run); None while it has none."""
-    outcome = (canary_state or {}).get("outcome") or {}
-    return (outcome.get("sweep") or {}).get("chosen")
+def recorded(record: Mapping[str, Any] | None, plan: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The choice a unit's release record keeps for its plan's key, while the key still sweeps
+    the same draft lengths (None: none, or another sweep)."""
+    planned = plan.get("sweep")
+    found = ((record or {}).get("sweeps") or {}).get(planned["key"]) if planned else None
+    if not found or list(found.get("tokens") or []) != list(planned["tokens"]):
+        return None
+    return dict(found)
 
 
-def unit_plan(plan: Mapping[str, Any], host: str, canaries_: Mapping[str, str],
-              canary_state: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
-    """(the plan a unit rolls out with, whether it sweeps). A key's canary sweeps; the key's
-    other units take the draft length their canary chose, or keep the planned one (with the
-    reason) when it chose none. ``canaries_``: key -> host (``canaries``); ``canary_state``:
-    the canary's rollout state, once it has one."""
+def unit_plan(plan: Mapping[str, Any], host: str, canaries_: Mapping[str, str], own_record: Mapping[str, Any],
+              canary_record: Mapping[str, Any] | None, remeasure: bool) -> tuple[dict[str, Any], bool]:
+    """(the plan a unit rolls out with, whether it sweeps). A key's canary (``canaries_``: key ->
+    host) sweeps, unless its own record keeps the key's choice (and no re-measure is asked): then
+    it plans that, as the key's other units plan what their canary's record keeps
+    (``canary_record``), or the planned k, with the reason, when it chose none."""
     planned = plan.get("sweep")
     canary = canaries_.get(planned["key"]) if planned else None
-    if canary is None or canary == host:
-        return dict(plan), canary is not None
-    chosen = chosen_by(canary_state)
-    if chosen is not None:
-        return planned_with(plan, chosen, canary), False
-    own = serving.speculation(plan["serving"])["num_speculative_tokens"]
-    outcome = (canary_state or {}).get("outcome")
-    if outcome is None or outcome.get("decision") == "failed":
-        why = "did not finish"
-    elif "sweep" not in outcome:
-        why = "did not run (its earlier decision was reused; specfleet_rollout_remeasure sweeps again)"
+    if canary is None:
+        return dict(plan), False
+    if canary == host:
+        found = None if remeasure else recorded(own_record, plan)
+        if found is None:
+            return dict(plan), True
     else:
-        why = "kept no draft length"
-    return {**plan, "sweep": {**planned, "canary": canary, "chosen": None},
-            "reasons": [*plan["reasons"], f"num_speculative_tokens {own} as planned: {canary}'s sweep {why}"]}, False
+        found = recorded(canary_record, plan)
+    own = serving.speculation(plan["serving"])["num_speculative_tokens"]
+    if found is None:
+        return {**plan, "sweep": {**planned, "canary": canary, "chosen": None},
+                "reasons": [*plan["reasons"], f"num_speculative_tokens {own} as planned: {canary}'s sweep did not "
+                                              f"finish"]}, False
+    if found.get("chosen") is None:
+        return {**plan, "sweep": {**planned, "canary": found["canary"], "chosen": None},
+                "reasons": [*plan["reasons"], f"num_speculative_tokens {own} as planned: {found['canary']}'s sweep "
+                                              f"kept no draft length"]}, False
+    return planned_with(plan, found["chosen"], found["canary"]), False
 
 
 def report_text(found: Mapping[str, Any] | None) -> str | None:
@@ -203,5 +228,5 @@ def report_text(found: Mapping[str, Any] | None) -> str | None:
         return f"{', '.join(parts)}: " + (f"k={found['chosen']}" if found["chosen"] is not None else "none kept")
     if found.get("canary"):
         return f"k={found['chosen']} from {found['canary']}" if found["chosen"] is not None else \
-            f"planned k ({found['canary']} kept none)"
+            f"planned k (none from {found['canary']})"
     return None

@@ -174,8 +174,10 @@ def test_the_report_shows_a_canarys_sweep_and_where_a_later_units_k_came_from():
     none = {**RECORDS[1], "sweep": {"canary": "agxorin-01", "chosen": None}}
     assert report.row(canary)["draft_sweep"] == "k=2 keep 1.64x, k=4 revert 1.91x: k=2"
     assert report.row(later)["draft_sweep"] == "k=2 from agxorin-01"
-    assert report.row(none)["draft_sweep"] == "planned k (agxorin-01 kept none)"
+    assert report.row(none)["draft_sweep"] == "planned k (none from agxorin-01)"
     assert report.row(RECORDS[0])["draft_sweep"] is None
     text = report.to_markdown([canary, later], "r")
     assert "| k sweep |" in text and "| k=2 keep 1.64x, k=4 revert 1.91x: k=2 |" in text
-    assert "draft_sweep" in report.to_csv([canary]).splitlines()[0]
+    # Last in the CSV (columns keep their places); in the table only when a unit swept.
+    assert report.to_csv([canary]).splitlines()[0].endswith(",reasons,draft_sweep")
+    assert "k sweep" not in report.to_markdown(RECORDS, "r")

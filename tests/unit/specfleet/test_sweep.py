@@ -66,7 +66,7 @@ def test_the_best_kept_k_is_chosen_by_its_lower_bound():
     chosen = sweep.best(judged)
     assert chosen["tokens"] == 2
     assert "chat: throughput at c=1" in judged[2]["reason"]
-    found = sweep.summary(judged, chosen)
+    found = sweep.summary(judged, chosen, [2, 3, 5])
     assert found["chosen"] == 2 and [entry["tokens"] for entry in found["measured"]] == [2, 3, 5]
     text = sweep.sentence(found)
     assert text.startswith("draft length measured: k=2 keep (+") and text.endswith("k=2 chosen")
@@ -96,27 +96,23 @@ def test_the_sweep_policy_is_validated():
                                   load_catalog()) == []
 
 
-def test_a_later_unit_takes_the_canarys_choice_or_says_why_not():
+def test_a_later_unit_takes_the_recorded_choice_or_says_why_not():
     canary, later = plan("thor-01"), plan("thor-02")
     canaries = sweep.canaries([canary, later])
-    assert sweep.unit_plan(canary, "thor-01", canaries, None) == (canary, True)
-    kept = {"outcome": {"decision": "kept", "sweep": {"chosen": 2, "measured": []}}}
-    chosen, sweeping = sweep.unit_plan(later, "thor-02", canaries, kept)
+    assert sweep.unit_plan(canary, "thor-01", canaries, {}, None, False) == (canary, True)
+    record = {"sweeps": {canary["sweep"]["key"]: {"chosen": 2, "canary": "thor-01", "tokens": [2, 3, 5]}}}
+    chosen, sweeping = sweep.unit_plan(later, "thor-02", canaries, {}, record, False)
     assert not sweeping and chosen["speculative"]["num_speculative_tokens"] == 2
     assert chosen["serving"]["speculative_config"]["num_speculative_tokens"] == 2
     assert chosen["reasons"][-1] == "num_speculative_tokens 2 (planned 5): chosen by thor-01's sweep"
     assert later["serving"]["speculative_config"]["num_speculative_tokens"] == 5  # not changed in place
-    none = {"outcome": {"decision": "reverted", "sweep": {"chosen": None, "measured": []}}}
-    same, _ = sweep.unit_plan(later, "thor-02", canaries, none)
+    record["sweeps"][canary["sweep"]["key"]]["chosen"] = None
+    same, _ = sweep.unit_plan(later, "thor-02", canaries, {}, record, False)
     assert same["serving"] == later["serving"]
     assert same["reasons"][-1] == "num_speculative_tokens 5 as planned: thor-01's sweep kept no draft length"
-    assert sweep.unit_plan(later, "thor-02", canaries, None)[0]["reasons"][-1].endswith("01's sweep did not finish")
-    failed = {"outcome": {"decision": "failed", "reasons": ["..."]}}
-    assert sweep.unit_plan(later, "thor-02", canaries, failed)[0]["reasons"][-1].endswith("sweep did not finish")
-    reused = {"outcome": {"decision": "kept", "reused_from": "r0"}}
-    assert "its earlier decision was reused" in sweep.unit_plan(later, "thor-02", canaries, reused)[0]["reasons"][-1]
+    assert sweep.unit_plan(later, "thor-02", canaries, {}, None, False)[0]["reasons"][-1].endswith("did not finish")
     # No canaries picked (a plan without a sweep, or a play that did not pick them): as planned.
-    assert sweep.unit_plan(later, "thor-02", {}, None) == (later, False)
+    assert sweep.unit_plan(later, "thor-02", {}, {}, None, False) == (later, False)
 
 
 def test_a_plan_carries_its_sweep_and_the_plan_summary_shows_it(unit_facts):
