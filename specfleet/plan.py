@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 
-from specfleet import capability, plan_trtllm, serving
+from specfleet import capability, plan_trtllm, serving, sweep
 from specfleet.catalog import Catalog, Image, Model
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
@@ -208,6 +208,8 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
     """The unit's plan: what it serves and measures, and what the event adds to its store."""
     catalog = catalog.with_images(policy["specfleet_images"])
     plan = _serving_plan(host, facts, model, policy, catalog)
+    # The draft lengths this unit's key measures on its canary (None: the planned k only).
+    plan["sweep"] = sweep.for_plan(plan, policy)
     if plan["device_class"] in DEVICE_CLASSES:
         event_models(plan, facts, policy, catalog)
     else:

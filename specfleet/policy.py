@@ -33,6 +33,7 @@ MIN_SPEC_TOKENS, MAX_SPEC_TOKENS = 1, 16
 PER_CLASS = (
     "specfleet_spec_tokens",
     "specfleet_spec_tokens_by_method",
+    "specfleet_spec_tokens_sweep",
     "specfleet_gpu_memory_utilization",
     "specfleet_max_model_len",
     "specfleet_spec_methods_denied",
@@ -191,6 +192,17 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
                 problems.append(
                     f"specfleet_spec_methods_denied.{device_class}: unknown method {method!r}"
                 )
+
+    sweeps = _check_class_map(problems, "specfleet_spec_tokens_sweep", policy["specfleet_spec_tokens_sweep"])
+    for device_class, counts in sweeps.items():
+        name = f"specfleet_spec_tokens_sweep.{device_class}"
+        if not isinstance(counts, list) or not all(isinstance(count, int) and not isinstance(count, bool)
+                                                   for count in counts):
+            problems.append(f"{name}: must be a list of integers, got {counts!r}")
+        elif any(not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS for count in counts):
+            problems.append(f"{name}: each must be {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {counts!r}")
+        elif len(set(counts)) != len(counts):
+            problems.append(f"{name}: lists a draft length twice: {counts!r}")
 
     tokens = _check_class_map(problems, "specfleet_spec_tokens", policy["specfleet_spec_tokens"])
     for device_class, count in tokens.items():

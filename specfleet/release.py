@@ -107,6 +107,14 @@ def decided(record: Mapping[str, Any], candidate_id: str, outcome: Mapping[str, 
     return updated
 
 
+def swept(record: Mapping[str, Any], key: str, choice: Mapping[str, Any]) -> dict[str, Any]:
+    """Remember the draft length a sweep key's canary chose (specfleet.sweep): a re-run plans it
+    again, on the canary and, run alone, on any other unit of the key."""
+    updated = copy.deepcopy(dict(record))
+    updated["sweeps"] = {**updated.get("sweeps", {}), key: dict(choice)}
+    return updated
+
+
 # Failures of the unit's infrastructure, not of the candidate: the next run measures again
 # rather than repeating them (a dockerd that died says nothing about the speculative config).
 RETRIED_FAILURES = frozenset({"docker_unavailable", "unreachable"})

@@ -90,6 +90,8 @@ def plan_summary_lines(plans: Sequence[dict]) -> list[str]:
             speculation = serving.speculation(plan["speculative"] and plan["serving"])
             method = speculation["method"] or "baseline only"
             tokens = f" k={speculation['num_speculative_tokens']}" if speculation["method"] else ""
+            if plan.get("sweep"):  # its key's canary measures these (specfleet.sweep)
+                tokens += f" (sweep k={','.join(map(str, plan['sweep']['tokens']))})"
             shown = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {plan['image']}"
         lines.append(f"{plan['host']}: {plan['device_class']} L4T {plan.get('l4t') or '-'}: {shown}")
         lines.extend(f"    - {reason}" for reason in plan["reasons"])

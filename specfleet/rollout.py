@@ -19,7 +19,11 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``fallback``, ``known_good_failure``: what the rollback is trying after a failure, and why
   the known-good did not start again when it did not;
 - ``retry``: the plan's lighter speculative serving (``oom_retry``) placed on the unit and the
-  reason, once the candidate ran out of memory at start and it was started in its place.
+  reason, once the candidate ran out of memory at start and it was started in its place;
+- ``sweep``: on a key's canary, the draft lengths it measures (specfleet.sweep: ``tokens``,
+  ``max``, and ``not_started``: those whose serving did not start); ``next_tokens`` the one the
+  next speculative block runs;
+- ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specfleet import gate, paired, release, report, serving
+from specfleet import gate, paired, release, report, serving, sweep
 from specfleet import policy as policy_module
 
 State = dict[str, Any]
@@ -39,7 +43,7 @@ def _state(**fields: Any) -> State:
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
         "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
-        "known_good_failure": None, "retry": None,
+        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "max_blocks": 0,
     }
     state.update(fields)
     return state
@@ -59,10 +63,15 @@ def start(
     mounts: Sequence[str],
     secret_env_names: Sequence[str],
     remeasure: bool,
+    sweeping: bool = False,
+    max_blocks: int = 0,
 ) -> State:
     """Where a unit starts: a refused plan is reported and nothing is touched; an earlier
     decision for the same candidate is served again without measuring (unless ``remeasure``);
-    otherwise the unit is measured, starting from its baseline."""
+    otherwise the unit is measured, starting from its baseline. ``sweeping``: the unit is its
+    key's canary and measures each draft length of its plan's sweep (specfleet.sweep);
+    ``max_blocks``: the gate's budget (specfleet_gate_max_blocks), a sweep's own when sweeping.
+    A unit planned with its canary's choice keeps it in its record."""
     if plan.get("refused"):
         outcome = {"decision": "failed", "reasons": [f"plan refused: {'; '.join(plan.get('reasons') or [])}"],
                    "serving": None}
@@ -76,7 +85,14 @@ def start(
         # recorded before an API key was set must not come back without it on a revert.
         record = {**record, "known_good": serving.for_unit(known_good, known_good["env"], known_good["mounts"],
                                                            secret_env_names)}
-    state = _state(record=record, baseline=baseline, candidate=candidate)
+    planned = plan.get("sweep") or {}
+    if not sweeping and planned.get("chosen") is not None:
+        record = release.swept(record, planned["key"], {"chosen": planned["chosen"], "canary": planned["canary"],
+                                                        "tokens": planned["tokens"]})
+    state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks)
+    if sweeping and planned:
+        state["sweep"] = {"tokens": list(planned["tokens"]), "max": policy_module.MAX_SPEC_TOKENS, "not_started": []}
+        state["max_blocks"] = sweep.max_blocks(planned["tokens"])
     earlier = None if remeasure else release.previous_decision(record, candidate["spec_id"])
     if earlier is None:
         return state
@@ -124,11 +140,14 @@ def _placed_retry(plan: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict
 FIRST_BLOCKS = (paired.BASELINE, paired.SPECULATIVE, paired.BASELINE)
 
 
-def _measuring(state: Mapping[str, Any], side: str | None, **fields: Any) -> State:
-    """``state`` with ``fields`` and ``side`` to be served and measured next."""
-    updated = _evolve(state, next=side, **fields)
+def _measuring(state: Mapping[str, Any], side: str | None, tokens: int | None = None, **fields: Any) -> State:
+    """``state`` with ``fields`` and ``side`` to be served and measured next (a sweep's
+    speculative block: the candidate drafting ``tokens``)."""
+    updated = _evolve(state, next=side, next_tokens=tokens, **fields)
     if side == paired.BASELINE:
         updated["next_serving"] = updated["baseline"]
+    elif side == paired.SPECULATIVE and tokens is not None:
+        updated["next_serving"] = sweep.with_tokens(updated["candidate"], tokens)
     elif side == paired.SPECULATIVE:
         updated["next_serving"] = (updated.get("retry") or {}).get("serving") or updated["candidate"]
     else:
@@ -155,6 +174,14 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
     ``serve`` stays None and ``failure`` says why, for the playbook to fail with (then
     ``failed`` rolls the unit back)."""
     failure = failure_of(task, result)
+    if state.get("sweep"):
+        # A draft length whose serving does not start is a revert; the baseline serves and is
+        # measured in its block, and the sweep goes on.
+        cause = (failure["decisive_lines"] or [failure["message"]])[0]
+        not_started = [*state["sweep"]["not_started"], {"tokens": state["next_tokens"],
+                                                        "failure_class": failure["failure_class"], "cause": cause}]
+        return _measuring(state, paired.BASELINE, serve=state["baseline"],
+                          sweep={**state["sweep"], "not_started": not_started})
     retry = _placed_retry(plan, state["candidate"])
     if failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None:
         return _evolve(state, serve=None, failure=failure)
@@ -191,7 +218,11 @@ def block_measured(
     gate decides: keep (the candidate is served again and becomes the known-good), revert (the
     known-good serves), or measure one more pair."""
     side = state["next"]
-    blocks = [*(state.get("blocks") or []), {"side": side, "bench": dict(bench)}]
+    block: dict[str, Any] = {"side": side, "bench": dict(bench)}
+    if side == paired.SPECULATIVE and state.get("next_tokens") is not None:
+        block["tokens"] = state["next_tokens"]
+        block["resolved_speculative_config"] = dict(resolved_speculative_config or {}) or None
+    blocks = [*(state.get("blocks") or []), block]
     fields: dict[str, Any] = {"blocks": blocks}
     if side == paired.SPECULATIVE and resolved_speculative_config and not state.get("resolved_speculative_config"):
         fields["resolved_speculative_config"] = dict(resolved_speculative_config)
@@ -200,6 +231,8 @@ def block_measured(
         outcome = {"decision": "reverted", "reasons": [*plan["reasons"], *state["remeasure_reasons"]],
                    "baseline": slim(bench), "serving": "baseline"}
         return _measuring(state, None, outcome=outcome, done=True)
+    if state.get("sweep"):
+        return _swept_block(state, plan, policy)
     if len(blocks) < len(FIRST_BLOCKS):
         return _measuring(state, FIRST_BLOCKS[len(blocks)])
     if side == paired.SPECULATIVE:
@@ -210,30 +243,70 @@ def block_measured(
     return _decided(state, plan, policy, verdict)
 
 
+def _swept_block(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[str, Any]) -> State:
+    """A canary's block: baseline, then each draft length between baseline blocks
+    (specfleet.sweep); once no k is left to measure, the best kept k is the decision."""
+    blocks = state["blocks"]
+    planned = state["sweep"]
+    if blocks[-1]["side"] == paired.SPECULATIVE:
+        return _measuring(state, paired.BASELINE)
+    judged = sweep.results(blocks, policy)
+    not_started = planned["not_started"]
+    tokens = sweep.next_tokens(judged, planned["tokens"], planned["max"], [entry["tokens"] for entry in not_started])
+    if tokens is not None:
+        return _measuring(state, paired.SPECULATIVE, tokens)
+    chosen = sweep.best(judged)
+    found = sweep.summary(judged, chosen, planned["tokens"], not_started)
+    choice = {"chosen": found["chosen"], "canary": plan["host"], "tokens": planned["tokens"],
+              "measured": found["measured"]}
+    state = _evolve(state, record=release.swept(state["record"], plan["sweep"]["key"], choice))
+    if chosen is None:
+        # The reasons of the planned k (else the last measured): why the canary reverts.
+        own = serving.speculation(plan["serving"])["num_speculative_tokens"]
+        shown = next((entry for entry in judged if entry["tokens"] == own), judged[-1] if judged else None)
+        if shown is None:  # no draft length started
+            causes = [f"k={entry['tokens']}: {entry['cause']}" for entry in not_started]
+            reasons = [f"revert to the baseline: no draft length started ({'; '.join(causes)})"]
+            return _decided(state, plan, policy, {"decision": gate.REVERT, "reasons": reasons, "figures": {}},
+                            found=found, view=1)
+        return _decided(state, plan, policy, shown["verdict"], found=found, view=shown["block"])
+    # The kept draft length is the unit's candidate from now on: its decision is recorded
+    # under it, and a re-run plans it (the record's sweeps) and reuses that decision.
+    state = _evolve(state, candidate=sweep.with_tokens(state["candidate"], chosen["tokens"]))
+    return _decided(state, plan, policy, chosen["verdict"], found=found, view=chosen["block"])
+
+
 def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[str, Any],
-             verdict: Mapping[str, Any]) -> State:
-    """The gate's keep or revert: what the unit serves and records."""
+             verdict: Mapping[str, Any], found: Mapping[str, Any] | None = None, view: int | None = None) -> State:
+    """The gate's keep or revert: what the unit serves and records. A sweep (``found``) decides
+    from the blocks around its speculative block ``view``."""
     keep = verdict["decision"] == gate.KEEP
     record = state["record"]
     known_good = record.get("known_good")
     retry = state.get("retry")
-    blocks = state["blocks"]
+    blocks = state["blocks"] if view is None else state["blocks"][view - 1:view + 2]
     first_baseline = next(block["bench"] for block in blocks if block["side"] == paired.BASELINE)
-    last_candidate = [block["bench"] for block in blocks if block["side"] == paired.SPECULATIVE][-1]
-    advice = _draft_length_advice(plan, policy, verdict["figures"])
+    speculative = [block for block in blocks if block["side"] == paired.SPECULATIVE]
+    last_candidate = speculative[-1]["bench"] if speculative else None
+    resolved = (speculative[-1].get("resolved_speculative_config") if found is not None and speculative
+                else state.get("resolved_speculative_config"))
+    # A sweep measured the draft length; the rule of thumb has nothing to add to it.
+    advice = [] if found is not None or plan.get("sweep") else _draft_length_advice(plan, policy, verdict["figures"])
     outcome = {
         "decision": "kept" if keep else "reverted",
         "reasons": [*plan["reasons"], *_retry_reasons(state), *verdict["reasons"], *advice,
-                    *state["remeasure_reasons"]],
+                    *([sweep.sentence(found)] if found is not None else []), *state["remeasure_reasons"]],
         "figures": verdict["figures"],
         "measurement": measurement(verdict),
         "baseline": slim(first_baseline),
         "speculative": slim(last_candidate),
-        "resolved_speculative_config": state.get("resolved_speculative_config"),
+        "resolved_speculative_config": resolved,
         "serving": "speculative" if keep else (known_good or {}).get("kind"),
     }
     if retry is not None:
         outcome["retried_spec_id"] = retry["serving"]["spec_id"]
+    if found is not None:
+        outcome["sweep"] = dict(found)
     if keep:
         measured = retry["serving"] if retry is not None else state["candidate"]
         return _measuring(state, None, outcome=outcome, done=True, serve=measured,
@@ -369,7 +442,9 @@ def unit_record_path(host: str, run_id: str) -> str:
 
 
 def unit_record(state: Mapping[str, Any], plan: Mapping[str, Any], host: str, run_id: str) -> dict[str, Any]:
-    """The unit's file in the run folder: its outcome and what it was planned to serve."""
+    """The unit's file in the run folder: its outcome and what it was planned to serve (a
+    canary: the draft length its sweep chose)."""
+    found = ((state["outcome"] or {}).get("sweep") or {}).get("chosen")
     return {
         **(state["outcome"] or {}),
         "host": host,
@@ -379,6 +454,11 @@ def unit_record(state: Mapping[str, Any], plan: Mapping[str, Any], host: str, ru
         "plan_reasons": plan.get("reasons") or [],
         "run_id": run_id,
         **serving.speculation(plan.get("serving")),
+        **({"num_speculative_tokens": found} if found is not None else {}),
+        # A canary's sweep (every k measured), or the canary a later unit's k came from.
+        "sweep": (state["outcome"] or {}).get("sweep") or (
+            {key: plan["sweep"][key] for key in ("canary", "chosen")} if (plan.get("sweep") or {}).get("canary")
+            else None),
     }
 
 

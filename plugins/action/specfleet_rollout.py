@@ -4,7 +4,9 @@
 
 The decisions are pure functions in specfleet.rollout; this plugin hands them the step's
 inputs and the unit's rollout state (the fact ``specfleet_rollout``), and sets the new
-state as that fact. Its documentation is the doc-only module
+state as that fact. At the start, a unit of a sweep key whose canary chose a draft length
+(specfleet.sweep, ``specfleet_canaries`` from facts.yml) has its plan (the fact
+``specfleet_plan``) set to that length for the rest of its rollout. Its documentation is the doc-only module
 plugins/modules/specfleet_rollout.py, where ansible-doc reads it.
 """
 
@@ -14,7 +16,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
-    from specfleet import rollout
+    from specfleet import release, rollout, sweep
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
 else:
@@ -58,6 +60,13 @@ class ActionModule(ActionBase):
             if not state:
                 return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
         run_id = task_vars.get("specfleet_run_id", "")
+        facts = {}
+        if step == "start":
+            plan, sweeping = self._unit_plan(plan, args, task_vars)
+            facts["specfleet_plan"] = plan
+            args["sweeping"] = sweeping
+            policy = self._templar.template(task_vars.get("specfleet_policy")) or {}
+            args["max_blocks"] = int(policy.get("specfleet_gate_max_blocks") or 0)
         state = self._step(step, state, plan, args, task_vars, run_id)
         if step == "candidate_did_not_start" and state["serve"] is None:
             # No lighter variant to start: fail as the start failed, for the rescue to roll back.
@@ -69,12 +78,26 @@ class ActionModule(ActionBase):
             host = task_vars["inventory_hostname"]
             state["unit_record"] = rollout.unit_record(state, plan, host, run_id)
             state["unit_record_path"] = rollout.unit_record_path(host, run_id)
-        return {**result, "changed": False, "ansible_facts": {"specfleet_rollout": state}}
+        return {**result, "changed": False, "ansible_facts": {**facts, "specfleet_rollout": state}}
+
+    def _unit_plan(self, plan, args, task_vars):
+        """The plan this unit rolls out with (a sweep key's choice), and whether it is its key's
+        canary and sweeps."""
+        canaries = self._templar.template(task_vars.get("specfleet_canaries")) or {}
+        planned = plan.get("sweep")
+        canary = canaries.get(planned["key"]) if planned else None
+        canary_record = None
+        if canary and canary != task_vars["inventory_hostname"]:
+            canary_state = self._templar.template(task_vars["hostvars"][canary].get("specfleet_rollout"))
+            canary_record = (canary_state or {}).get("record")
+        return sweep.unit_plan(plan, task_vars["inventory_hostname"], canaries, release.parse(args["record"]),
+                               canary_record, bool(args["remeasure"]))
 
     def _step(self, step, state, plan, args, task_vars, run_id):
         if step == "start":
             return rollout.start(plan, args["record"], args["serve_env"] or {}, args["serve_mounts"] or [],
-                                 args["secret_env_names"] or [], bool(args["remeasure"]))
+                                 args["secret_env_names"] or [], bool(args["remeasure"]), args["sweeping"],
+                                 args["max_blocks"])
         if step == "rollback":
             return rollout.rollback(args["record"])
         if step in ("earlier_did_not_start", "rollback_did_not_start"):

@@ -11,12 +11,12 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 )
 
 try:
-    from specfleet import bootstrap, cache, daemon_json, plan, render, serving
+    from specfleet import bootstrap, cache, daemon_json, plan, render, serving, sweep
     from specfleet.catalog import load_catalog
 except ImportError as exc:
     # Still listed and documented without the package; calling a filter says what to install.
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
-    bootstrap = cache = daemon_json = plan = render = serving = MissingSpecfleet(exc)
+    bootstrap = cache = daemon_json = plan = render = serving = sweep = MissingSpecfleet(exc)
     load_catalog = MissingSpecfleet(exc).load_catalog
 else:
     SPECFLEET_IMPORT_ERROR = None
@@ -63,4 +63,5 @@ class FilterModule:
             "serving_required_mib": serving.required_mib,
             "apt_uninstallable": bootstrap.uninstallable,
             "dpkg_missing": bootstrap.missing,
+            "sweep_canaries": sweep.canaries,
         }

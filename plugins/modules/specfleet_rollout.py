@@ -21,7 +21,10 @@ description:
     C(specfleet_policy) (the gate's thresholds), C(specfleet_run_id) and the current
     C(specfleet_rollout) state.
   - C(start) places the plan's servings on the unit (environment, mounts, secret names),
-    reads the release record and finds an earlier decision for the candidate;
+    reads the release record and finds an earlier decision for the candidate. A unit that is its
+    sweep key's canary (C(specfleet_canaries)) measures each draft length of its plan's sweep;
+    the key's other units take the one the canary chose, and C(start) sets their
+    C(specfleet_plan) fact to it;
     C(earlier_did_not_start) measures again when that decided serving no longer starts;
     C(baseline_serving) makes the serving baseline the known-good unless another is and starts
     the measurement; C(block_measured) takes one block's bench (baseline, speculative,

@@ -403,3 +403,44 @@ def test_prepare_stages_the_event_manifest_and_reports_holdings(rolled_out):
         assert on_unit("thor-01", f"test -L /var/lib/specfleet/huggingface/hub/models--{repo}").returncode == 0
     fp8 = "/var/lib/specfleet/huggingface/hub/models--nvidia--Llama-3.1-8B-Instruct-FP8"
     assert on_unit("agxorin-jp72-01", f"test -e {fp8}").returncode != 0
+
+
+def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_choice(fleet_lab, rolled_out,
+                                                                                       tmp_path):
+    """One key (AGX Orin, BF16 + EAGLE-3, JetPack 6 image), swept over k = 2 and 4: its canary
+    measures both between its baseline blocks. The emulator's figures decide (noiseless: k=2
+    1.64x code edits, 1.02x chat; k=4 1.91x code edits but 0.91x chat, a loss beyond the margin),
+    so k=2 is kept and chosen; the key's other unit is planned with k=2 (not the class's 3) and
+    kept on its own measurement; the report shows both. A second run changes nothing."""
+    canary, later = "agxorin-jp6-01", "agxorin-jp6-02"
+    lab.set_faults(fleet_lab, later, None)  # the module's OOM fault on the candidate
+    settings = {"specfleet_spec_tokens_sweep": {"agx_orin": [2, 4]}, "specfleet_rollout_remeasure": True}
+    runs = tmp_path / "sweep"
+    result = playbook("rollout.yml", "-l", f"{canary},{later}", "-e", json.dumps(settings),
+                      env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert result.returncode == 0, result.stdout[-6000:]
+    records = {host: json.loads(next(runs.glob(f"*/units/{host}.json")).read_text()) for host in (canary, later)}
+    first = records[canary]
+    measured = [(entry["tokens"], entry["decision"]) for entry in first["sweep"]["measured"]]
+    assert measured == [(2, "keep"), (4, "revert")], first["reasons"]
+    assert (first["decision"], first["sweep"]["chosen"], first["num_speculative_tokens"]) == ("kept", 2, 2)
+    assert any(reason.startswith("draft length measured: k=2 keep") for reason in first["reasons"])
+    assert first["measurement"]["blocks"] == ["baseline", "speculative", "baseline"]
+    second = records[later]
+    assert (second["decision"], second["num_speculative_tokens"]) == ("kept", 2), second["reasons"]
+    assert second["sweep"] == {"canary": canary, "chosen": 2}
+    assert f"num_speculative_tokens 2 (planned 3): chosen by {canary}'s sweep" in second["plan_reasons"]
+    for host in (canary, later):
+        current = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]
+        assert current["speculative_config"]["num_speculative_tokens"] == 2, current
+    (report_md,) = runs.glob("*/report.md")
+    table = report_md.read_text()
+    assert "k=2 keep" in table and "k=4 revert" in table and f"k=2 from {canary}" in table, table
+    again = playbook("rollout.yml", "-l", f"{canary},{later}", "-e",
+                     json.dumps({"specfleet_spec_tokens_sweep": {"agx_orin": [2, 4]}}),
+                     env={"SPECFLEET_RUNS_DIR": str(tmp_path / "again")})
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert {host: recap(again.stdout)[host]["changed"] for host in (canary, later)} == {canary: 0, later: 0}
+    reused = {host: json.loads(next((tmp_path / "again").glob(f"*/units/{host}.json")).read_text())
+              for host in (canary, later)}
+    assert all(record["reused_from"] and record["num_speculative_tokens"] == 2 for record in reused.values())

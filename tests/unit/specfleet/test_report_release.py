@@ -162,3 +162,22 @@ def test_the_report_shows_bounds_blocks_drift_and_the_output_check():
     assert values["output_check"] == "15/16 identical, 1 numerics tie(s)"
     text = report.to_markdown([record], "r")
     assert f"({values['speedup_c1_bounds']})" in text and "15/16 identical, 1 numerics tie(s)" in text
+
+
+def test_the_report_shows_a_canarys_sweep_and_where_a_later_units_k_came_from():
+    measured = [{"tokens": 2, "decision": "keep", "gain": 0.64, "gain_lower": 0.6, "gain_upper": 0.7,
+                 "acceptance": 0.7, "reason": "keep speculation"},
+                {"tokens": 4, "decision": "revert", "gain": 0.91, "gain_lower": 0.85, "gain_upper": 0.97,
+                 "acceptance": 0.55, "reason": "chat: throughput at c=1 -9.0%"}]
+    canary = {**RECORDS[0], "host": "agxorin-01", "sweep": {"chosen": 2, "measured": measured}}
+    later = {**RECORDS[0], "host": "agxorin-02", "sweep": {"canary": "agxorin-01", "chosen": 2}}
+    none = {**RECORDS[1], "sweep": {"canary": "agxorin-01", "chosen": None}}
+    assert report.row(canary)["draft_sweep"] == "k=2 keep 1.64x, k=4 revert 1.91x: k=2"
+    assert report.row(later)["draft_sweep"] == "k=2 from agxorin-01"
+    assert report.row(none)["draft_sweep"] == "planned k (none from agxorin-01)"
+    assert report.row(RECORDS[0])["draft_sweep"] is None
+    text = report.to_markdown([canary, later], "r")
+    assert "| k sweep |" in text and "| k=2 keep 1.64x, k=4 revert 1.91x: k=2 |" in text
+    # Last in the CSV (columns keep their places); in the table only when a unit swept.
+    assert report.to_csv([canary]).splitlines()[0].endswith(",reasons,draft_sweep")
+    assert "k sweep" not in report.to_markdown(RECORDS, "r")

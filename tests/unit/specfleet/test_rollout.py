@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from specfleet import policy as policy_module
-from specfleet import release, rollout, serving
+from specfleet import release, rollout, serving, sweep
 from tests.benches import ACCEPTANCE, bench
 
 POLICY = policy_module.merge({})
@@ -263,3 +263,137 @@ def test_draft_length_rule():
     assert draft_length_advice(0.45, 6, 3, 16).endswith("the longer draft does not pay; go back to 3")
     assert draft_length_advice(None, 3, 3, 16) is None           # no spec-decode counters
     assert draft_length_advice(0.9, None, 3, 16) is None         # nothing drafted (baseline only)
+
+
+# ---- a key's canary sweeps the draft length ---------------------------------------------------
+SWEEP_PLAN = {**PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
+# As the emulator's Thor FP4 + EAGLE-3: the longer draft wins code edits and loses chat.
+SHORT_DRAFT = bench("speculative", 1.52, c8_speed=1.2, chat_speed=0.99, acceptance=ACCEPTANCE, seed=3)
+LONG_DRAFT = bench("speculative", 1.69, c8_speed=1.2, chat_speed=0.74, acceptance=ACCEPTANCE, seed=5)
+
+
+def canary_start(record: dict | None = None, plan: dict = SWEEP_PLAN, remeasure: bool = False) -> dict:
+    """The start as the action takes it on the key's canary: its own record may keep the choice."""
+    own = release.parse(json.dumps(record) if record else "")
+    unit_plan, sweeping = sweep.unit_plan(plan, "u", {"k1": "u"}, own, None, remeasure)
+    return rollout.start(unit_plan, json.dumps(record) if record else "", ENV, MOUNTS, ["HF_TOKEN"], remeasure,
+                         sweeping, 5), unit_plan
+
+
+def swept(first: dict, second: dict, plan: dict = SWEEP_PLAN) -> list[dict]:
+    """The canary's states after each block: A, B(k=2), A, B(k=5), A."""
+    state = measured_baseline(canary_start(plan=plan)[0], plan)
+    states = [state]
+    for candidate in (first, second):
+        state = rollout.block_measured(state, plan, candidate, POLICY, {"method": "eagle3", "k": len(states)})
+        states.append(state)
+        state = rollout.block_measured(state, plan, BASELINE_BENCH, POLICY)
+        states.append(state)
+    return states
+
+
+def test_a_canary_measures_each_draft_length_and_keeps_the_best():
+    states = swept(SHORT_DRAFT, LONG_DRAFT)
+    first = states[0]
+    assert first["max_blocks"] == 7  # 1 + a pair for each k and for one longer
+    two = serving.speculation(first["next_serving"])["num_speculative_tokens"]
+    assert (first["next"], first["next_tokens"], two) == ("speculative", 2, 2)
+    assert first["next_serving"]["spec_id"] != first["candidate"]["spec_id"]
+    assert (states[2]["next"], states[2]["next_tokens"]) == ("speculative", 5)
+    assert states[2]["next_serving"]["spec_id"] == first["candidate"]["spec_id"]  # the plan's own k
+    state = states[-1]
+    assert [block.get("tokens") for block in state["blocks"]] == [None, 2, None, 5, None]
+    # k=5 loses chat; k=2 keeps: the canary serves k=2, as its known-good and its candidate.
+    outcome = state["outcome"]
+    assert state["done"] and outcome["decision"] == "kept" and outcome["sweep"]["chosen"] == 2
+    assert [(entry["tokens"], entry["decision"]) for entry in outcome["sweep"]["measured"]] == [(2, "keep"),
+                                                                                               (5, "revert")]
+    assert serving.speculation(state["serve"])["num_speculative_tokens"] == 2
+    assert state["serve"] == state["candidate"]
+    assert outcome["resolved_speculative_config"] == {"method": "eagle3", "k": 1}  # k=2's own block
+    assert outcome["measurement"]["blocks"] == ["baseline", "speculative", "baseline"]
+    assert any(reason.startswith("draft length measured: k=2 keep") for reason in outcome["reasons"])
+    final = rollout.finish(state, "r1")
+    assert final["record"]["known_good"] == state["serve"]
+    assert final["record"]["sweeps"]["k1"]["chosen"] == 2 and final["record"]["sweeps"]["k1"]["canary"] == "u"
+    assert rollout.unit_record(final, SWEEP_PLAN, "u", "r1")["num_speculative_tokens"] == 2
+    # A re-run plans the kept k from the record and reuses the decision: nothing measured.
+    again, again_plan = canary_start(final["record"])
+    assert again_plan["speculative"]["num_speculative_tokens"] == 2 and again["sweep"] is None
+    assert again["done"] and again["serve"] == state["serve"]
+    assert rollout.unit_record(again, again_plan, "u", "r2")["sweep"]["chosen"] == 2
+    # Asked to measure again, it sweeps again.
+    assert canary_start(final["record"], remeasure=True)[0]["sweep"] is not None
+    # The sweep turned off: the planned k is measured again, not the swept one reused.
+    assert not started(final["record"], plan={**SWEEP_PLAN, "sweep": None})["done"]
+
+
+def test_a_later_unit_keeps_its_canarys_choice_in_its_own_record():
+    canary_record = rollout.finish(swept(SHORT_DRAFT, LONG_DRAFT)[-1], "r1")["record"]
+    later_plan, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {"k1": "u"}, release.empty(), canary_record, False)
+    assert not sweeping and later_plan["sweep"] == {"key": "k1", "tokens": [2, 5], "canary": "u", "chosen": 2}
+    state = rollout.start(later_plan, "", ENV, MOUNTS, [], False, False, 5)
+    assert state["record"]["sweeps"]["k1"] == {"chosen": 2, "canary": "u", "tokens": [2, 5]}
+    assert serving.speculation(state["candidate"])["num_speculative_tokens"] == 2
+    # Run alone later, the unit is its key's first in the play: its record keeps the choice.
+    alone, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {"k1": "v"}, state["record"], None, False)
+    assert not sweeping and alone["serving"] == later_plan["serving"]
+    # Another sweep (other k) is not that choice: the unit sweeps.
+    other = {**SWEEP_PLAN, "sweep": {"key": "k1", "tokens": [2, 3]}}
+    assert sweep.unit_plan(other, "v", {"k1": "v"}, state["record"], None, False)[1]
+
+
+def test_a_canary_that_keeps_no_draft_length_reverts_with_the_planned_ks_reasons():
+    state = swept(SLOW, LONG_DRAFT)[-1]
+    outcome = state["outcome"]
+    assert outcome["decision"] == "reverted" and outcome["sweep"]["chosen"] is None
+    assert state["serve"] == state["baseline"]
+    assert any("chat: throughput at c=1" in reason for reason in outcome["reasons"])  # k=5's own
+    assert outcome["reasons"][-1].endswith("no k kept")
+    final = rollout.finish(state, "r1")
+    assert final["record"]["sweeps"]["k1"]["chosen"] is None
+    again, again_plan = canary_start(final["record"])
+    assert again["done"] and again["serve"] == state["baseline"]  # the revert, reused
+    assert again_plan["reasons"][-1] == "num_speculative_tokens 5 as planned: u's sweep kept no draft length"
+
+
+def test_one_longer_draft_is_measured_when_the_longest_is_best_and_mostly_accepted():
+    accepted = {"rate": 0.72, "mean_length": 4.6, "per_position": [0.9], "drafts": 700}
+    fast = bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=accepted)
+    state = swept(SHORT_DRAFT, fast)[-1]
+    assert (state["next"], state["next_tokens"]) == ("speculative", 6)
+    state = rollout.block_measured(state, SWEEP_PLAN, fast, POLICY)
+    state = rollout.block_measured(state, SWEEP_PLAN, BASELINE_BENCH, POLICY)
+    # Only one longer: even a kept and accepted k=6 asks for no k=7.
+    assert state["done"] and len(state["blocks"]) == state["max_blocks"] == 7
+    assert [entry["tokens"] for entry in state["outcome"]["sweep"]["measured"]] == [2, 5, 6]
+
+
+def test_a_draft_length_that_does_not_start_is_a_revert_and_the_sweep_goes_on():
+    plan = {**RETRY_PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
+    state = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, [], False, True, 5), plan)
+    failed = rollout.candidate_did_not_start(state, plan, "Start the speculative serving", OOM)
+    # The baseline serves in its place and is measured in this block; no lighter retry.
+    assert failed["serve"] == failed["baseline"] and failed["retry"] is None and failed["failure"] is None
+    assert (failed["next"], failed["next_serving"]) == ("baseline", failed["baseline"])
+    state = rollout.block_measured(failed, plan, BASELINE_BENCH, POLICY)
+    assert (state["next"], state["next_tokens"]) == ("speculative", 5)
+    state = rollout.block_measured(state, plan, SHORT_DRAFT, POLICY)
+    state = rollout.block_measured(state, plan, BASELINE_BENCH, POLICY)
+    found = state["outcome"]["sweep"]
+    assert (found["measured"][0]["decision"], found["measured"][0]["reason"]) == ("revert",
+                                                                                 "did not start (oom_at_start)")
+    assert found["chosen"] == 5 and state["outcome"]["decision"] == "kept"
+    # Not the canary: the unit measures its planned k, with its retry.
+    later = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, [], False), plan)
+    assert later["next_tokens"] is None and later["next_serving"] == later["candidate"]
+    assert rollout.candidate_did_not_start(later, plan, "Start", OOM)["retry"] is not None
+
+
+def test_a_canary_none_of_whose_draft_lengths_starts_reverts_saying_so():
+    state = measured_baseline(rollout.start(SWEEP_PLAN, "", ENV, MOUNTS, [], False, True, 5), SWEEP_PLAN)
+    for _ in range(2):
+        state = rollout.candidate_did_not_start(state, SWEEP_PLAN, "Start", OOM)
+        state = rollout.block_measured(state, SWEEP_PLAN, BASELINE_BENCH, POLICY)
+    assert state["done"] and state["outcome"]["decision"] == "reverted" and state["serve"] == state["baseline"]
+    assert state["outcome"]["reasons"][1].startswith("revert to the baseline: no draft length started (k=2: ValueError")

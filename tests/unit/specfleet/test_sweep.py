@@ -1,0 +1,125 @@
+"""specfleet.sweep: the canary's measured draft length."""
+
+from __future__ import annotations
+
+from specfleet import policy as policy_module
+from specfleet import serving, sweep
+from tests.benches import ACCEPTANCE, bench
+
+POLICY = policy_module.merge({})
+EAGLE3 = {"method": "eagle3", "model": "head", "num_speculative_tokens": 5}
+
+
+SWEEP = {**POLICY, "specfleet_spec_tokens_sweep": {**POLICY["specfleet_spec_tokens_sweep"], "thor": [2, 3, 5],
+                                                  "agx_orin": [2, 3]}}
+
+
+def plan(host: str, device_class: str = "thor", image: str = "img:1", policy=SWEEP, **fields) -> dict:
+    spec = serving.make("speculative", engine="vllm", image=image, model="m", port=8000, flags=[],
+                        speculative_config=EAGLE3)
+    found = {"host": host, "device_class": device_class, "model": "m", "image": image, "refused": False,
+             "speculative": EAGLE3, "serving": spec, "reasons": ["planned eagle3"], **fields}
+    return {**found, "sweep": sweep.for_plan(found, policy)}
+
+
+def test_the_first_unit_of_each_key_is_its_canary():
+    spark_policy = {**SWEEP, "specfleet_spec_tokens_sweep": {"dgx_spark": [3, 4]}}
+    spark = plan("spark-01", "dgx_spark", policy=spark_policy)
+    plans = [plan("thor-01"), plan("thor-02"), plan("orin-01", "agx_orin"), plan("thor-03", image="img:2"),
+             plan("nano-01", "orin_nano"), plan("thor-04", refused=True), spark]
+    # Orin Nano sweeps nothing here; a refused plan has nothing to sweep.
+    assert [entry["sweep"] is not None for entry in plans] == [True, True, True, True, False, False, True]
+    assert plans[0]["sweep"] == {"key": sweep.key(plans[0]), "tokens": [2, 3, 5]}
+    # TensorRT-LLM (DGX Spark) has no vLLM speculative config to sweep.
+    assert sweep.for_plan({**spark, "serving": {"engine": "trtllm"}}, spark_policy) is None
+    found = sweep.canaries([*plans[:6], None])
+    assert sorted(found.values()) == ["orin-01", "thor-01", "thor-03"]
+    assert sweep.key(plans[0]) == sweep.key(plans[1]) != sweep.key(plans[3])
+    # A class whose sweep is empty measures its planned k only: no canary.
+    assert sweep.canaries([plan(entry["host"], entry["device_class"], policy=POLICY) for entry in plans[:4]]) == {}
+
+
+def test_a_variant_drafts_k_tokens_and_keeps_the_rest():
+    base = plan("thor-01")["serving"]
+    variant = sweep.with_tokens(base, 2)
+    assert variant["speculative_config"] == {**EAGLE3, "num_speculative_tokens": 2}
+    assert base["speculative_config"]["num_speculative_tokens"] == 5  # not changed in place
+    assert serving.argv(variant)[:3] == serving.argv(base)[:3]
+
+
+def sweep_blocks(speeds: dict[int, tuple[float, float]], acceptance=None) -> list[dict]:
+    """A, B(k1), A, B(k2), A ... with (code c=1 speed, chat speed) per k."""
+    blocks = [{"side": "baseline", "bench": bench("baseline", seed=0)}]
+    for number, (tokens, (code, chat)) in enumerate(speeds.items()):
+        blocks.append({"side": "speculative", "tokens": tokens,
+                       "bench": bench("speculative", code, c8_speed=1.2, chat_speed=chat,
+                                      acceptance=acceptance or ACCEPTANCE, seed=2 * number + 1)})
+        blocks.append({"side": "baseline", "bench": bench("baseline", seed=2 * number + 2)})
+    return blocks
+
+
+def test_the_best_kept_k_is_chosen_by_its_lower_bound():
+    # As the emulator's Thor FP4 + EAGLE-3: longer drafts win code edits and lose chat.
+    judged = sweep.results(sweep_blocks({2: (1.52, 0.99), 3: (1.63, 0.87), 5: (1.69, 0.74)}), POLICY)
+    assert [(entry["tokens"], entry["decision"]) for entry in judged] == [(2, "keep"), (3, "revert"),
+                                                                         (5, "revert")]
+    chosen = sweep.best(judged)
+    assert chosen["tokens"] == 2
+    assert "chat: throughput at c=1" in judged[2]["reason"]
+    found = sweep.summary(judged, chosen, [2, 3, 5])
+    assert found["chosen"] == 2 and [entry["tokens"] for entry in found["measured"]] == [2, 3, 5]
+    text = sweep.sentence(found)
+    assert text.startswith("draft length measured: k=2 keep (+") and text.endswith("k=2 chosen")
+    assert "k=5 revert (+68%, 36% accepted)" in text
+
+
+def test_the_planned_values_then_one_longer_only_above_60_percent_acceptance():
+    planned = [2, 3]
+    assert sweep.next_tokens([], planned, 16) == 2
+    judged = sweep.results(sweep_blocks({2: (1.5, 1.0), 3: (1.7, 1.0)}), POLICY)
+    assert sweep.next_tokens(judged[:1], planned, 16) == 3
+    assert sweep.next_tokens(judged, planned, 16) is None  # 36% accepted: no longer draft
+    high = {"rate": 0.72, "mean_length": 3.2, "per_position": [0.9, 0.8, 0.7], "drafts": 100}
+    judged = sweep.results(sweep_blocks({2: (1.5, 1.0), 3: (1.7, 1.0)}, acceptance=high), POLICY)
+    assert sweep.next_tokens(judged, planned, 16) == 4
+    assert sweep.next_tokens(judged, planned, 3) is None  # the policy's longest
+    none_kept = sweep.results(sweep_blocks({2: (1.0, 1.0)}), POLICY)
+    assert sweep.best(none_kept) is None and sweep.next_tokens(none_kept, [2], 16) is None
+
+
+def test_the_sweep_policy_is_validated():
+    from specfleet.catalog import load_catalog
+    bad = policy_module.validate(policy_module.merge({"specfleet_spec_tokens_sweep": {"thor": [0, 3]}}),
+                                 load_catalog())
+    assert any(problem.startswith("specfleet_spec_tokens_sweep.thor") for problem in bad), bad
+    assert policy_module.validate(policy_module.merge({"specfleet_spec_tokens_sweep": {"thor": []}}),
+                                  load_catalog()) == []
+
+
+def test_a_later_unit_takes_the_recorded_choice_or_says_why_not():
+    canary, later = plan("thor-01"), plan("thor-02")
+    canaries = sweep.canaries([canary, later])
+    assert sweep.unit_plan(canary, "thor-01", canaries, {}, None, False) == (canary, True)
+    record = {"sweeps": {canary["sweep"]["key"]: {"chosen": 2, "canary": "thor-01", "tokens": [2, 3, 5]}}}
+    chosen, sweeping = sweep.unit_plan(later, "thor-02", canaries, {}, record, False)
+    assert not sweeping and chosen["speculative"]["num_speculative_tokens"] == 2
+    assert chosen["serving"]["speculative_config"]["num_speculative_tokens"] == 2
+    assert chosen["reasons"][-1] == "num_speculative_tokens 2 (planned 5): chosen by thor-01's sweep"
+    assert later["serving"]["speculative_config"]["num_speculative_tokens"] == 5  # not changed in place
+    record["sweeps"][canary["sweep"]["key"]]["chosen"] = None
+    same, _ = sweep.unit_plan(later, "thor-02", canaries, {}, record, False)
+    assert same["serving"] == later["serving"]
+    assert same["reasons"][-1] == "num_speculative_tokens 5 as planned: thor-01's sweep kept no draft length"
+    assert sweep.unit_plan(later, "thor-02", canaries, {}, None, False)[0]["reasons"][-1].endswith("did not finish")
+    # No canaries picked (a plan without a sweep, or a play that did not pick them): as planned.
+    assert sweep.unit_plan(later, "thor-02", {}, {}, None, False) == (later, False)
+
+
+def test_a_plan_carries_its_sweep_and_the_plan_summary_shows_it(unit_facts):
+    from specfleet import render
+    from tests.conftest import plan_for
+    facts = unit_facts("agx-orin-64gb-r36")
+    swept = plan_for(facts, "meta-llama/Llama-3.1-8B-Instruct", specfleet_spec_tokens_sweep={"agx_orin": [3, 2]})
+    assert swept["sweep"] == {"key": sweep.key(swept), "tokens": [2, 3]}
+    assert "eagle3 k=3 (sweep k=2,3)" in render.plan_summary_lines([swept])[0]
+    assert plan_for(facts, "meta-llama/Llama-3.1-8B-Instruct")["sweep"] is None  # the default sweeps nothing
