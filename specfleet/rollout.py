@@ -86,9 +86,12 @@ def start(
         record = {**record, "known_good": serving.for_unit(known_good, known_good["env"], known_good["mounts"],
                                                            secret_env_names)}
     planned = plan.get("sweep") or {}
-    if not sweeping and planned.get("chosen") is not None:
-        record = release.swept(record, planned["key"], {"chosen": planned["chosen"], "canary": planned["canary"],
-                                                        "tokens": planned["tokens"]})
+    choice = {"chosen": planned.get("chosen"), "canary": planned.get("canary"), "tokens": planned.get("tokens")}
+    kept = ((record.get("sweeps") or {}).get(planned.get("key")) or {})
+    if not sweeping and choice["chosen"] is not None and {name: kept.get(name) for name in choice} != choice:
+        # The key's choice, for a re-run of this unit alone; a canary's own entry (with what it
+        # measured) already holds it and stays as it is, so an unchanged re-run writes nothing new.
+        record = release.swept(record, planned["key"], choice)
     state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks)
     if sweeping and planned:
         state["sweep"] = {"tokens": list(planned["tokens"]), "max": policy_module.MAX_SPEC_TOKENS, "not_started": []}

@@ -405,15 +405,14 @@ def test_prepare_stages_the_event_manifest_and_reports_holdings(rolled_out):
     assert on_unit("agxorin-jp72-01", f"test -e {fp8}").returncode != 0
 
 
-def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_choice(fleet_lab, rolled_out,
-                                                                                       tmp_path):
+def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_choice(fleet_lab, prepared, tmp_path):
     """One key (AGX Orin, BF16 + EAGLE-3, JetPack 6 image), swept over k = 2 and 4: its canary
     measures both between its baseline blocks. The emulator's figures decide (noiseless: k=2
     1.64x code edits, 1.02x chat; k=4 1.91x code edits but 0.91x chat, a loss beyond the margin),
     so k=2 is kept and chosen; the key's other unit is planned with k=2 (not the class's 3) and
     kept on its own measurement; the report shows both. A second run changes nothing."""
     canary, later = "agxorin-jp6-01", "agxorin-jp6-02"
-    lab.set_faults(fleet_lab, later, None)  # the module's OOM fault on the candidate
+    lab.set_faults(fleet_lab, later, None)  # the module's OOM fault on the candidate, if it was set
     settings = {"specfleet_spec_tokens_sweep": {"agx_orin": [2, 4]}, "specfleet_rollout_remeasure": True}
     runs = tmp_path / "sweep"
     result = playbook("rollout.yml", "-l", f"{canary},{later}", "-e", json.dumps(settings),

@@ -321,6 +321,7 @@ def test_a_canary_measures_each_draft_length_and_keeps_the_best():
     again, again_plan = canary_start(final["record"])
     assert again_plan["speculative"]["num_speculative_tokens"] == 2 and again["sweep"] is None
     assert again["done"] and again["serve"] == state["serve"]
+    assert rollout.finish(again, "r2")["record"] == final["record"]  # the same record: nothing written
     assert rollout.unit_record(again, again_plan, "u", "r2")["sweep"]["chosen"] == 2
     # Asked to measure again, it sweeps again.
     assert canary_start(final["record"], remeasure=True)[0]["sweep"] is not None
@@ -338,6 +339,8 @@ def test_a_later_unit_keeps_its_canarys_choice_in_its_own_record():
     # Run alone later, the unit is its key's first in the play: its record keeps the choice.
     alone, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {"k1": "v"}, state["record"], None, False)
     assert not sweeping and alone["serving"] == later_plan["serving"]
+    assert rollout.start(alone, json.dumps(state["record"]), ENV, MOUNTS, [], False, False, 5)["record"] == \
+        state["record"]
     # Another sweep (other k) is not that choice: the unit sweeps.
     other = {**SWEEP_PLAN, "sweep": {"key": "k1", "tokens": [2, 3]}}
     assert sweep.unit_plan(other, "v", {"k1": "v"}, state["record"], None, False)[1]
