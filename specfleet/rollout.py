@@ -20,9 +20,9 @@ apply. At each step it hands what happened to one of these pure functions (throu
   the known-good did not start again when it did not;
 - ``retry``: the plan's lighter speculative serving (``oom_retry``) placed on the unit and the
   reason, once the candidate ran out of memory at start and it was started in its place;
-- ``sweep``: on a key's canary, the draft lengths it measures (specfleet.sweep: ``tokens``,
-  ``max``, and ``not_started``: those whose serving did not start); ``next_tokens`` the one the
-  next speculative block runs;
+- ``sweep``: on a key's canary, which measures each draft length of its plan's sweep
+  (specfleet.sweep): ``not_started``, those whose serving did not start; ``next_tokens`` the one
+  the next speculative block runs;
 - ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop).
 """
 
@@ -86,15 +86,14 @@ def start(
         record = {**record, "known_good": serving.for_unit(known_good, known_good["env"], known_good["mounts"],
                                                            secret_env_names)}
     planned = plan.get("sweep") or {}
-    choice = {"chosen": planned.get("chosen"), "canary": planned.get("canary"), "tokens": planned.get("tokens")}
-    kept = ((record.get("sweeps") or {}).get(planned.get("key")) or {})
-    if not sweeping and choice["chosen"] is not None and {name: kept.get(name) for name in choice} != choice:
-        # The key's choice, for a re-run of this unit alone; a canary's own entry (with what it
-        # measured) already holds it and stays as it is, so an unchanged re-run writes nothing new.
-        record = release.swept(record, planned["key"], choice)
+    if (not sweeping and planned.get("chosen") is not None
+            and (sweep.recorded(record, plan) or {}).get("chosen") != planned["chosen"]):
+        # The key's choice, for a re-run of this unit alone (a record that holds it already, as
+        # the canary's own does, is left as it is: an unchanged re-run writes nothing new).
+        record = release.swept(record, planned["key"], {name: planned[name] for name in ("chosen", "canary", "tokens")})
     state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks)
     if sweeping and planned:
-        state["sweep"] = {"tokens": list(planned["tokens"]), "max": policy_module.MAX_SPEC_TOKENS, "not_started": []}
+        state["sweep"] = {"not_started": []}
         state["max_blocks"] = sweep.max_blocks(planned["tokens"])
     earlier = None if remeasure else release.previous_decision(record, candidate["spec_id"])
     if earlier is None:
@@ -222,14 +221,13 @@ def block_measured(
     known-good serves), or measure one more pair."""
     side = state["next"]
     block: dict[str, Any] = {"side": side, "bench": dict(bench)}
-    if side == paired.SPECULATIVE and state.get("next_tokens") is not None:
-        block["tokens"] = state["next_tokens"]
+    if side == paired.SPECULATIVE:
+        # What vLLM resolved the speculative config to, as its serving's start reported it.
         block["resolved_speculative_config"] = dict(resolved_speculative_config or {}) or None
-    blocks = [*(state.get("blocks") or []), block]
-    fields: dict[str, Any] = {"blocks": blocks}
-    if side == paired.SPECULATIVE and resolved_speculative_config and not state.get("resolved_speculative_config"):
-        fields["resolved_speculative_config"] = dict(resolved_speculative_config)
-    state = _evolve(state, **fields)
+        if state.get("next_tokens") is not None:
+            block["tokens"] = state["next_tokens"]
+    state = _evolve(state, blocks=[*(state.get("blocks") or []), block])
+    blocks = state["blocks"]
     if plan.get("speculative") is None:
         outcome = {"decision": "reverted", "reasons": [*plan["reasons"], *state["remeasure_reasons"]],
                    "baseline": slim(bench), "serving": "baseline"}
@@ -250,19 +248,19 @@ def _swept_block(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapp
     """A canary's block: baseline, then each draft length between baseline blocks
     (specfleet.sweep); once no k is left to measure, the best kept k is the decision."""
     blocks = state["blocks"]
-    planned = state["sweep"]
+    planned = plan["sweep"]["tokens"]
     if blocks[-1]["side"] == paired.SPECULATIVE:
         return _measuring(state, paired.BASELINE)
     judged = sweep.results(blocks, policy)
-    not_started = planned["not_started"]
-    tokens = sweep.next_tokens(judged, planned["tokens"], planned["max"], [entry["tokens"] for entry in not_started])
+    not_started = state["sweep"]["not_started"]
+    tokens = sweep.next_tokens(judged, planned, policy_module.MAX_SPEC_TOKENS,
+                               [entry["tokens"] for entry in not_started])
     if tokens is not None:
         return _measuring(state, paired.SPECULATIVE, tokens)
     chosen = sweep.best(judged)
-    found = sweep.summary(judged, chosen, planned["tokens"], not_started)
-    choice = {"chosen": found["chosen"], "canary": plan["host"], "tokens": planned["tokens"],
-              "measured": found["measured"]}
-    state = _evolve(state, record=release.swept(state["record"], plan["sweep"]["key"], choice))
+    found = sweep.summary(judged, chosen, planned, not_started)
+    state = _evolve(state, record=release.swept(state["record"], plan["sweep"]["key"],
+                                                {**found, "canary": plan["host"]}))
     if chosen is None:
         # The reasons of the planned k (else the last measured): why the canary reverts.
         own = serving.speculation(plan["serving"])["num_speculative_tokens"]
@@ -291,8 +289,8 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
     first_baseline = next(block["bench"] for block in blocks if block["side"] == paired.BASELINE)
     speculative = [block for block in blocks if block["side"] == paired.SPECULATIVE]
     last_candidate = speculative[-1]["bench"] if speculative else None
-    resolved = (speculative[-1].get("resolved_speculative_config") if found is not None and speculative
-                else state.get("resolved_speculative_config"))
+    resolved = next((block["resolved_speculative_config"] for block in speculative
+                     if block.get("resolved_speculative_config")), None)
     # A sweep measured the draft length; the rule of thumb has nothing to add to it.
     advice = [] if found is not None or plan.get("sweep") else _draft_length_advice(plan, policy, verdict["figures"])
     outcome = {

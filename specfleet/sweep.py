@@ -30,9 +30,6 @@ from typing import Any
 
 from specfleet import gate, paired, serving
 
-# The draft-length rule (gate.draft_length_advice): a longer draft is measured only above it.
-LONGER_DRAFT_ACCEPTANCE = gate.DRAFT_LENGTH_ACCEPTANCE
-
 
 # ---- planning ------------------------------------------------------------------------------
 def key(plan: Mapping[str, Any]) -> str | None:
@@ -143,7 +140,8 @@ def next_tokens(judged: Sequence[Mapping[str, Any]], planned: Sequence[int], max
     top = best(judged)
     if top is None or top["tokens"] != max(planned) or top["tokens"] >= max_tokens or top["tokens"] + 1 in tried:
         return None
-    if (top["acceptance"] or 0.0) > LONGER_DRAFT_ACCEPTANCE:
+    # The draft-length rule (gate.draft_length_advice): a longer draft only above its rate.
+    if (top["acceptance"] or 0.0) > gate.DRAFT_LENGTH_ACCEPTANCE:
         return top["tokens"] + 1
     return None
 

@@ -25,6 +25,19 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_no_lab(cfg) -> None:
+    """Before a test brings up its own lab: what a killed run or a reboot left (a state file,
+    nothing of it running; CI's machine may start with one) is cleared; a lab with anything
+    alive is someone's and is never touched: the test is unavailable."""
+    from specfleet_lab import lab
+
+    status = lab.status(cfg)
+    if lab.is_leftover(status):
+        lab.down(cfg)
+    elif status["lab"] != "down":
+        unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
+
+
 def load_module(name: str):
     """Import plugins/modules/<name>.py as a Python module."""
     spec = importlib.util.spec_from_file_location(name, REPO / "plugins" / "modules" / f"{name}.py")

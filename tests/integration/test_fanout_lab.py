@@ -26,7 +26,7 @@ from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
-from tests.conftest import trust_lab_host_keys, unavailable
+from tests.conftest import require_no_lab, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 
@@ -44,11 +44,7 @@ def lab_units() -> Iterator[list[Node]]:
     if shutil.which("ip") is None or shutil.which("rsync") is None:
         unavailable("iproute2 or rsync is missing")
     cfg = LabConfig()
-    status = lab.status(cfg)
-    if lab.is_leftover(status):
-        lab.down(cfg)  # a killed run's or a reboot's state, nothing of it running: cleared
-    elif status["lab"] != "down":
-        unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
+    require_no_lab(cfg)
     try:
         lab.up(cfg, "workshop", UNITS, MBIT, stock=True)
         trust_lab_host_keys()

@@ -20,7 +20,7 @@ from labtools import REPO, snapshot
 from specfleet_lab import lab
 from specfleet_lab.config import LabConfig
 
-from tests.conftest import trust_lab_host_keys, unavailable
+from tests.conftest import require_no_lab, trust_lab_host_keys, unavailable
 
 LAB_UNITS = int(os.environ.get("SPECFLEET_LAB_TEST_UNITS", "3"))
 ANSIBLE_VENV = Path("/tmp/specfleet-lab-ansible")
@@ -38,11 +38,7 @@ def running_lab(cfg: LabConfig) -> Iterator[dict]:
         unavailable("the lab needs root (network namespaces, its own dockerd, iptables)")
     if shutil.which("ip") is None:
         unavailable("iproute2 is missing")
-    status = lab.status(cfg)
-    if lab.is_leftover(status):
-        lab.down(cfg)  # a killed run's or a reboot's state, nothing of it running: cleared
-    elif status["lab"] != "down":
-        unavailable("a lab is already up; run `specfleet lab down` before the lab tests")
+    require_no_lab(cfg)
     before = snapshot()
     result = lab.up(cfg, "mixed", LAB_UNITS)
     # The inventory checks host keys; the lab leaves collecting them to the toolkit.
