@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,46 @@ def on_unit(
     )
 
 
+def lab_playbook(name: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`ansible-playbook -i inventory/lab playbooks/<name> ...` from the checkout, as a user runs it."""
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    return subprocess.run(
+        [str(binary), "-i", str(LAB_INVENTORY), f"playbooks/{name}", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=3600,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
+    )
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counters per host."""
+    return {host: {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", fields)}
+            for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE)}
+
+
+def changed_tasks(output: str) -> list[str]:
+    """'TASK name: host' for each task the default callback reported as changed, to name them in
+    an idempotence assertion's message."""
+    found, task = [], "?"
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK ["):].split("]", 1)[0]
+        elif line.startswith("changed: ["):
+            found.append(f"{task}: {line[len('changed: ['):].split(']', 1)[0]}")
+    return found
+
+
+def serving_options(host: str) -> tuple[str, str]:
+    """The options file of the serving the unit's record says it runs, and its text as the
+    running trtllm-serve was started with it (the path is on its command line)."""
+    from specfleet import serving
+
+    current = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]
+    (path,) = serving.files(current)
+    args = json.loads(on_unit(host, "docker inspect -f '{{json .Args}}' specfleet-vllm").stdout)
+    assert path in args, (path, args)
+    return path, on_unit(host, f"docker exec specfleet-vllm cat {path}").stdout
+
+
 def trust_lab_host_keys() -> None:
     """`specfleet hostkeys -i inventory/lab`, as an organiser collects a fleet's host keys:
     the lab inventory checks them (lab/build/known_hosts, under each unit's name), and a unit
@@ -151,10 +192,17 @@ LAB_UNITS = 9
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow lanes run after everything else (the order is otherwise kept): a failure in the
     default lane shows before the long runs start, and the slow lab modules find the lab
-    already prepared and rolled out by the default lane's modules. Each still brings the
-    lab to the state it needs itself (the fault matrix runs site.yml first): the order
+    already prepared and rolled out by the default lane's modules; those on the mixed lab
+    (fleet_lab) come before those that take it down for a lab of their own. Each still brings
+    the lab to the state it needs itself (the fault matrix runs site.yml first): the order
     makes them shorter, and they pass in any order."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+
+    def position(item: pytest.Item) -> tuple[int, int]:
+        if item.get_closest_marker("slow") is None:
+            return (0, 0)
+        return (1, 0 if "fleet_lab" in getattr(item, "fixturenames", ()) else 1)
+
+    items.sort(key=position)
 
 
 @pytest.fixture(scope="session")

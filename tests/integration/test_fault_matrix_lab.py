@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit
-from tests.integration.test_rollout_lab import playbook
+from tests.conftest import lab_playbook as playbook
 
 # ~15 min on a fresh lab (a first rollout of all 9 units, then the faulted one), less after
 # the default lane's modules: `scripts/test --slow` runs it; CI does not (see pyproject.toml).

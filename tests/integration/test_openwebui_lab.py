@@ -21,8 +21,8 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, lab_hosts, unavailable
-from tests.integration.test_rollout_lab import playbook, recap
+from tests.conftest import REPO, lab_hosts, recap, unavailable
+from tests.conftest import lab_playbook as playbook
 
 # Issue 8's check of Open WebUI against a lab unit: slow (a 250 MB install), run by CI too.
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]

@@ -24,8 +24,8 @@ import shutil
 import pytest
 
 from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit
+from tests.conftest import lab_playbook as playbook
 from tests.integration.test_fault_matrix_lab import HF_HUB, RELEASE, hub_repo, ok, serving_id, write_host_vars
-from tests.integration.test_rollout_lab import playbook
 
 # ~5 min (one prepare of three units, and a first rollout of the control unit on a fresh lab).
 # Not in CI: its read-only case sometimes reports "rsync failed" without rsync's stderr

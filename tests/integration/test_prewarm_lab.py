@@ -24,7 +24,7 @@ import pytest
 
 from specfleet import prewarm
 from tests.bench.prewarm_start import emulator_start, module, on_unit, plans, serve_params
-from tests.conftest import REPO
+from tests.conftest import REPO, recap
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~7 min: CI runs it, `scripts/test --slow` here
 
@@ -57,13 +57,6 @@ def playbook(name: str, *extra: str) -> subprocess.CompletedProcess:
                            "-e", json.dumps(EVENT), *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=3600,
                           env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    counters = {}
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE):
-        counters[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", fields)}
-    return counters
 
 
 def live(host: str) -> dict[str, dict]:

@@ -30,7 +30,7 @@ from specfleet_lab import aptmirror, inventory, lab
 from specfleet_lab.config import LabConfig
 
 from tests import hub_standin
-from tests.conftest import lab_decision, trust_lab_host_keys, unavailable
+from tests.conftest import lab_decision, recap, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 UNITS = 3
@@ -261,12 +261,6 @@ def site(ansible_bin: Path, runs: Path, *extra: str) -> subprocess.CompletedProc
     return subprocess.run([str(ansible_bin.with_name("ansible-playbook")), "-i", "inventory/lab",
                            "playbooks/site.yml", *extra], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=3600, check=False)
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP counters per host."""
-    return {host: {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", fields)}
-            for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE)}
 
 
 def decisions(run_dir: Path) -> dict[str, dict]:

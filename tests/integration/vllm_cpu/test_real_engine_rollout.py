@@ -19,8 +19,9 @@ import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import spec_decode_counters
 
 from specfleet import policy as policy_module
-from tests.conftest import REPO, lab_vars
-from tests.integration.test_rollout_lab import INVENTORY, on_unit, playbook
+from tests.conftest import LAB_INVENTORY as INVENTORY
+from tests.conftest import REPO, lab_vars, on_unit
+from tests.conftest import lab_playbook as playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 PINS = {"orinnx-01": "draft_model", "orinnano-01": "ngram"}

@@ -1,0 +1,250 @@
+"""Single-unit rollouts on the lab's emulated units, each under a fault or a setting of its own:
+out of memory at start, a kept serving that no longer starts, a rejected TensorRT-LLM config, a
+port from the policy, a reboot, a precision the GPU cannot run, and a canary's draft-length sweep.
+
+A slow lane (CI runs it): the default lane's test_rollout_lab.py rolls the whole fleet out
+once; these start from each unit's decision, and make it themselves when that module did not
+run first. Real Ansible, SSH, Docker engines, rsync and HTTP; only the Jetson identity and the
+CUDA vLLM (the emulator, labelled as such) are stood in for.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from specfleet_lab import lab
+
+from specfleet import serving
+from tests.conftest import LAB_INVENTORY, REPO, lab_decision, on_unit, serving_options
+from tests.conftest import lab_playbook as playbook
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]
+SPARK = "spark-01"
+# The units whose tests start from a decision (a kept or a reverted serving, with its known-good).
+DECIDED = ("thor-01", "agxorin-jp6-01", "agxorin-jp72-01", "orinnx-01")
+
+
+@pytest.fixture(scope="module")
+def decided(fleet_lab, tmp_path_factory) -> dict[str, dict]:
+    """The module's units prepared, and DECIDED rolled out: after the default lane's rollout a
+    re-run that reuses each unit's decision; on a lab brought up since, a measured one."""
+    prepared = playbook("prepare.yml", "-l", ",".join((*DECIDED, "agxorin-jp6-02", SPARK)))
+    assert prepared.returncode == 0, prepared.stdout[-6000:]
+    runs = tmp_path_factory.mktemp("decided")
+    result = playbook("rollout.yml", "-l", ",".join(DECIDED), env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert result.returncode == 0, result.stdout[-6000:]
+    records = {path.stem: json.loads(path.read_text()) for path in next(runs.iterdir()).glob("units/*.json")}
+    assert {host: records[host]["decision"] for host in DECIDED} == {host: lab_decision(host) for host in DECIDED}
+    return records
+
+
+def test_out_of_memory_at_start_is_tried_once_more_with_less_memory_and_measured(fleet_lab, decided, tmp_path):
+    """A drafter holding memory outside vLLM's budget leaves less free than the speculative
+    serving's --gpu-memory-utilization asks for, but more than its plan's lighter variant asks
+    for: the rollout starts the variant in its place, measures it and records it; a re-run
+    serves that variant again without measuring."""
+    host = "agxorin-jp6-02"
+    plan = json.loads(subprocess.run(
+        [str(Path(sys.executable).with_name("specfleet")), "plan", "-i", str(LAB_INVENTORY), "--format", "json"],
+        cwd=REPO, capture_output=True, text=True, check=True).stdout)
+    plan = next(entry for entry in plan if entry["host"] == host)
+    planned, lighter = plan["gpu_memory_utilization"], float(
+        dict(serving.engine_flags(plan["oom_retry"]["serving"]))["--gpu-memory-utilization"])
+    total_gib = json.loads(on_unit(host, "cat /etc/specfleet-lab/gpu.json").stdout)["memory_total_mib"] / 1024
+    # Free memory as the emulator counts it: total - the OS's share - what the drafter holds.
+    os_gib = min(3.0, max(0.5, 0.06 * total_gib))
+    free_gib = (planned + lighter) / 2 * total_gib
+    held_mib = int((total_gib - os_gib - free_gib) * 1024)
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "drafter_unbudgeted_mib": held_mib})
+    try:
+        result = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
+                          env={"SPECFLEET_RUNS_DIR": str(tmp_path / "first")})
+        record = json.loads(next((tmp_path / "first").glob(f"*/units/{host}.json")).read_text())
+        assert record["speculative"]["ok"], (record["reasons"], result.stdout[-4000:])
+        (why,) = [reason for reason in record["reasons"] if "ran out of memory at start" in reason]
+        assert "Free memory on device" in why and f"--gpu-memory-utilization {lighter:.2f} (was {planned:.2f})" in why
+        assert record["decision"] == lab_decision(host) == "kept", record["reasons"]
+        release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+        # What serves now is what was measured and kept: the variant.
+        assert dict(serving.engine_flags(release["current"]))["--gpu-memory-utilization"] == f"{lighter:.2f}"
+        assert result.returncode == 0, record["reasons"]
+        started = on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+        again = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path / "again")})
+        assert again.returncode == 0, again.stdout[-4000:]
+        reused = json.loads(next((tmp_path / "again").glob(f"*/units/{host}.json")).read_text())
+        assert reused["decision"] == record["decision"] and reused.get("reused_from"), reused["reasons"]
+        assert on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout == started
+    finally:
+        lab.set_faults(fleet_lab, host, None)
+
+
+def test_kept_serving_that_no_longer_starts_is_measured_again(fleet_lab, decided, tmp_path):
+    """A unit whose kept speculative container went away and no longer starts (here: its
+    engine now rejects the config) is not left serving nothing: the re-run measures it again
+    from its baseline, which it then serves as its known-good."""
+    host = "agxorin-jp72-01"
+    assert decided[host]["decision"] == "kept"
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "reject_speculative_config": True})
+    assert on_unit(host, "docker rm -f specfleet-vllm").returncode == 0
+    try:
+        result = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+        assert result.returncode != 0, "a unit whose candidate fails counts as failed"
+        record = json.loads(next(tmp_path.glob(f"*/units/{host}.json")).read_text())
+        assert record["decision"] == "failed" and record["serving"] == "baseline", record["reasons"]
+        assert record["failure"]["failure_class"] == "spec_config_rejected"
+        assert "did not start again (spec_config_rejected): measured again" in record["reasons"][-1]
+        assert record["baseline"]["ok"]
+        release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+        assert release["current"]["kind"] == release["known_good"]["kind"] == "baseline"
+        assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    finally:
+        lab.set_faults(fleet_lab, host, None)
+    # Without the fault the candidate starts again and is measured when asked to, and the gate
+    # decides as for any unit of its kind.
+    runs = tmp_path / "again"
+    again = playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
+                     env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert again.returncode == 0, again.stdout[-4000:]
+    record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+    assert record["decision"] == lab_decision(host) and record["speculative"]["ok"], record["reasons"]
+    assert json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]["kind"] == "speculative"
+
+
+def test_dgx_spark_rejected_config_rolls_back_and_rollback_restarts_its_files(fleet_lab, decided, tmp_path):
+    """trtllm-serve refusing the speculative options is classified from its own log and the
+    unit ends on its baseline; rollback.yml then starts that serving again from the release
+    record alone, options file included."""
+    lab.set_faults(fleet_lab, SPARK, {"only_when_speculating": True, "reject_speculative_config": True})
+    try:
+        result = playbook("rollout.yml", "-l", SPARK, "-e", "specfleet_rollout_remeasure=true",
+                          env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+    finally:
+        lab.set_faults(fleet_lab, SPARK, None)
+    assert result.returncode != 0, "a unit whose candidate fails counts as failed"
+    record = json.loads(next(tmp_path.glob(f"*/units/{SPARK}.json")).read_text())
+    assert record["decision"] == "failed" and record["serving"] == "baseline", record["reasons"]
+    assert record["failure"]["failure_class"] == "spec_config_rejected", record["failure"]
+    assert on_unit(SPARK, "docker rm -f specfleet-vllm").returncode == 0
+    rollback = playbook("rollback.yml", "-l", SPARK)
+    assert rollback.returncode == 0, rollback.stdout[-4000:]
+    assert on_unit(SPARK, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    release = json.loads(on_unit(SPARK, "cat /var/lib/specfleet/release.json").stdout)
+    assert release["current"]["spec_id"] == release["known_good"]["spec_id"]
+    path, served = serving_options(SPARK)
+    assert served == serving.files(release["known_good"])[path]
+
+
+def test_a_port_from_the_policy_is_served_waited_on_and_measured(decided, tmp_path):
+    """specfleet_port reaches every part of the serving through the plan: the server listens
+    there, readiness waits there and the benchmark measures there, so the unit is decided on
+    its measurements (as at 8000), not failed as never ready. Reverted (Thor's chat, as at
+    8000), it goes back to its last known-good: the baseline it served at 8000."""
+    host = "thor-01"
+    runs = tmp_path / "port"
+    moved = playbook("rollout.yml", "-l", host, "-e", '{"specfleet_port": 9000, "specfleet_rollout_remeasure": true}',
+                     env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert moved.returncode == 0, moved.stdout[-4000:]
+    record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+    assert (record["decision"], record["method"]) == (lab_decision(host), "eagle3"), record["reasons"]
+    for side in ("baseline", "speculative"):
+        assert record[side]["ok"] and record[side]["endpoint"] == "http://127.0.0.1:9000", record[side]
+    assert record["measurement"]["blocks"][:3] == ["baseline", "speculative", "baseline"]
+    release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+    assert release["current"] == release["known_good"] and release["current"]["port"] == 8000
+    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    assert on_unit(host, "curl -sf http://127.0.0.1:9000/health").returncode != 0
+
+
+def test_a_rebooted_unit_serves_its_decided_config_again_without_a_rollout(fleet_lab, decided):
+    """The decided serving carries a restart policy: after a power cycle the unit's own dockerd
+    starts it again, the same configuration, before (and without) any playbook run."""
+    host = "agxorin-jp6-01"
+    assert decided[host]["decision"] == "kept"
+    inspect = "docker inspect --format '{{.HostConfig.RestartPolicy.Name}} {{.State.StartedAt}} " \
+              "{{index .Config.Labels \"org.specfleet.config-hash\"}}' specfleet-vllm"
+    policy, started, config = on_unit(host, inspect).stdout.split()
+    assert policy == "unless-stopped"
+    release = on_unit(host, "cat /var/lib/specfleet/release.json").stdout
+    lab.reboot(fleet_lab, host)
+    deadline = time.monotonic() + 300
+    while on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode != 0:
+        assert time.monotonic() < deadline, f"{host} serves nothing after its reboot"
+        time.sleep(3)
+    policy_after, started_after, config_after = on_unit(host, inspect).stdout.split()
+    assert started_after != started, "the serving container did not go through the reboot"
+    assert (policy_after, config_after) == (policy, config)
+    assert on_unit(host, "cat /var/lib/specfleet/release.json").stdout == release
+    argv = json.loads(on_unit(host, "docker inspect --format '{{json .Config.Cmd}}' specfleet-vllm").stdout)
+    current = json.loads(release)["current"]
+    assert argv == serving.argv(current)[1:]
+
+
+def test_a_precision_the_gpu_cannot_run_fails_classified_and_rolls_back(decided, tmp_path):
+    """Forced past the plan's capability check, Orin NX gets the ModelOpt FP8 checkpoint: the
+    (emulated) vLLM refuses it with its own message, the launch classifies that, and the unit
+    goes back to the known-good it served before."""
+    host = "orinnx-01"
+    forced = json.dumps({"specfleet_model": "nvidia/Llama-3.1-8B-Instruct-FP8", "specfleet_capability_check": False,
+                         "specfleet_rollout_remeasure": True})
+    before = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+    staged = playbook("prepare.yml", "-l", host, "--tags", "hf_cache", "-e", forced)
+    assert staged.returncode == 0, staged.stdout[-4000:]
+    result = playbook("rollout.yml", "-l", host, "-e", forced, env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
+    assert result.returncode != 0, "a unit whose serving cannot start counts as failed"
+    record = json.loads(next(tmp_path.glob(f"*/units/{host}.json")).read_text())
+    assert record["decision"] == "failed", record["reasons"]
+    assert record["failure"]["failure_class"] == "gpu_unsupported", record["failure"]
+    assert "Minimum capability: 89. Current capability: 87." in " ".join(record["reasons"])
+    after = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+    assert after["current"]["spec_id"] == before["current"]["spec_id"], "not back on what it served before"
+    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+
+
+def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_choice(fleet_lab, decided, tmp_path):
+    """One key (AGX Orin, BF16 + EAGLE-3, JetPack 6 image), swept over k = 2 and 4: its canary
+    measures both between its baseline blocks. The emulator's figures decide (noiseless: k=2
+    1.64x code edits, 1.02x chat; k=4 1.91x code edits but 0.91x chat, a loss beyond the margin),
+    so k=2 is kept and chosen; the key's other unit is planned with k=2 (not the class's 3) and
+    kept on its own measurement; the report shows both. A second run changes nothing."""
+    canary, later = "agxorin-jp6-01", "agxorin-jp6-02"
+    lab.set_faults(fleet_lab, later, None)  # the module's OOM fault on the candidate, if it was set
+    settings = {"specfleet_spec_tokens_sweep": {"agx_orin": [2, 4]}, "specfleet_rollout_remeasure": True}
+    runs = tmp_path / "sweep"
+    result = playbook("rollout.yml", "-l", f"{canary},{later}", "-e", json.dumps(settings),
+                      env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert result.returncode == 0, result.stdout[-6000:]
+    records = {host: json.loads(next(runs.glob(f"*/units/{host}.json")).read_text()) for host in (canary, later)}
+    first = records[canary]
+    measured = [(entry["tokens"], entry["decision"]) for entry in first["sweep"]["measured"]]
+    assert measured == [(2, "keep"), (4, "revert")], first["reasons"]
+    assert (first["decision"], first["sweep"]["chosen"], first["num_speculative_tokens"]) == ("kept", 2, 2)
+    assert any(reason.startswith("draft length measured: k=2 keep") for reason in first["reasons"])
+    assert first["measurement"]["blocks"] == ["baseline", "speculative", "baseline"]
+    second = records[later]
+    assert (second["decision"], second["num_speculative_tokens"]) == ("kept", 2), second["reasons"]
+    assert second["sweep"] == {"canary": canary, "chosen": 2}
+    assert f"num_speculative_tokens 2 (planned 3): chosen by {canary}'s sweep" in second["plan_reasons"]
+    for host in (canary, later):
+        current = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)["current"]
+        assert current["speculative_config"]["num_speculative_tokens"] == 2, current
+    (report_md,) = runs.glob("*/report.md")
+    table = report_md.read_text()
+    assert "k=2 keep" in table and "k=4 revert" in table and f"k=2 from {canary}" in table, table
+    # A re-run restarts nothing (as test_rerun_restarts_no_container asks of every unit): the
+    # canary plans its recorded choice, the later unit its canary's, and both reuse their decision.
+    started = {host: on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+               for host in (canary, later)}
+    again = playbook("rollout.yml", "-l", f"{canary},{later}", "-e",
+                     json.dumps({"specfleet_spec_tokens_sweep": {"agx_orin": [2, 4]}}),
+                     env={"SPECFLEET_RUNS_DIR": str(tmp_path / "again")})
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert {host: on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+            for host in (canary, later)} == started, again.stdout[-4000:]
+    reused = {host: json.loads(next((tmp_path / "again").glob(f"*/units/{host}.json")).read_text())
+              for host in (canary, later)}
+    assert all(record["reused_from"] and record["num_speculative_tokens"] == 2 for record in reused.values())
