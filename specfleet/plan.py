@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 
-from specfleet import capability, plan_trtllm, serving, sweep
+from specfleet import batch_table, capability, plan_trtllm, serving, sweep
 from specfleet.catalog import Catalog, Image, Model
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
@@ -210,6 +210,8 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
     plan = _serving_plan(host, facts, model, policy, catalog)
     # The draft lengths this unit's key measures on its canary (None: the planned k only).
     plan["sweep"] = sweep.for_plan(plan, policy)
+    # The per-batch-size table a c=8 regression may be measured with (None: none to try).
+    plan["batch_table"] = batch_table.for_plan(plan, policy)
     if plan["device_class"] in DEVICE_CLASSES:
         event_models(plan, facts, policy, catalog)
     else:

@@ -284,10 +284,9 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"specfleet_max_num_seqs: must be an integer >= 8 (the benchmark runs concurrency 8), got {seqs!r}"
         )
 
-    if not isinstance(policy["specfleet_capability_check"], bool):
-        problems.append(
-            f"specfleet_capability_check: must be true or false, got {policy['specfleet_capability_check']!r}"
-        )
+    for name in ("specfleet_capability_check", "specfleet_spec_batch_table"):
+        if not isinstance(policy[name], bool):
+            problems.append(f"{name}: must be true or false, got {policy[name]!r}")
 
     port = policy["specfleet_port"]
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:

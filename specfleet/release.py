@@ -77,10 +77,12 @@ def known_good(record: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, 
 
 def baseline_serving(record: Mapping[str, Any], baseline: Mapping[str, Any], candidate_id: str) -> dict[str, Any]:
     """The unit serves its ``baseline`` while ``candidate_id`` is measured. The baseline is the
-    known-good unless another config already is: a known-good that is the candidate itself
-    (kept earlier, measured again now) is on trial and does not count."""
+    known-good unless another config already is: a known-good that is the candidate itself, or
+    what it was kept as (its lighter variant, its per-batch-size table: the decision's
+    ``served_spec_id``), kept earlier and measured again now, is on trial and does not count."""
     earlier = (record.get("known_good") or {}).get("spec_id")
-    if earlier in (None, candidate_id):
+    kept_as = ((record.get("decisions") or {}).get(candidate_id) or {}).get("served_spec_id")
+    if earlier in (None, candidate_id) or (kept_as is not None and earlier == kept_as):
         return known_good(record, baseline)
     return serving(record, baseline)
 

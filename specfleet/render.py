@@ -92,6 +92,8 @@ def plan_summary_lines(plans: Sequence[dict]) -> list[str]:
             tokens = f" k={speculation['num_speculative_tokens']}" if speculation["method"] else ""
             if plan.get("sweep"):  # its key's canary measures these (specfleet.sweep)
                 tokens += f" (sweep k={','.join(map(str, plan['sweep']['tokens']))})"
+            if plan.get("batch_table"):  # measured when c=8 alone loses (specfleet.batch_table)
+                tokens += " (per-batch-size table if c=8 loses)"
             shown = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {plan['image']}"
         lines.append(f"{plan['host']}: {plan['device_class']} L4T {plan.get('l4t') or '-'}: {shown}")
         lines.extend(f"    - {reason}" for reason in plan["reasons"])

@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specfleet import sweep
+from specfleet import batch_table, sweep
 
 DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
     "host", "device_class", "model", "power", "decision", "method", "num_speculative_tokens", "serving",
     "workload", "speedup_c1", "speedup_c1_bounds", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
     "acceptance_rate", "mean_acceptance_length", "blocks", "baseline_drift", "output_check", "reasons",
-    "draft_sweep",
+    "draft_sweep", "batch_table",
 )
 
 
@@ -130,6 +130,7 @@ def row(record: Mapping) -> dict[str, Any]:
         "method": record.get("method"),
         "num_speculative_tokens": record.get("num_speculative_tokens"),
         "draft_sweep": sweep.report_text(record.get("sweep")),
+        "batch_table": batch_table.report_text(record.get("batch_table")),
         "serving": record.get("serving"),
         "workload": gated(record)[0],
         "speedup_c1": speedup(record),
@@ -195,6 +196,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
 def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
     totals = summary(records)
     swept = any(record.get("sweep") for record in records)  # the k sweep column, when a unit swept
+    tabled = any(record.get("batch_table") for record in records)  # a per-batch-size table was measured
     lines = [
         f"# specfleet rollout {run_id}",
         "",
@@ -202,16 +204,19 @@ def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
         f"{totals['failed']} failed.",
         "",
         "| host | class | power | decision | method | k |" + (" k sweep |" if swept else "")
+        + (" batch table |" if tabled else "")
         + " speedup c=1 (bounds) | TPOT p50 base/spec (ms) | speedup c=8 | acceptance | blocks | baseline drift "
         "| outputs |",
-        "|---|---|---|---|---|---|" + ("---|" if swept else "") + "---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|" + ("---|" if swept else "") + ("---|" if tabled else "")
+        + "---|---|---|---|---|---|---|",
     ]
     for record in records:
         values = row(record)
         lines.append(
             f"| {values['host']} | {values['device_class']} | {_fmt(values['power'])} | {values['decision']} | "
             f"{values['method'] or '-'} | {_fmt(values['num_speculative_tokens'])} | "
-            + (f"{_fmt(values['draft_sweep'])} | " if swept else "") + f"{_fmt(values['speedup_c1'])} "
+            + (f"{_fmt(values['draft_sweep'])} | " if swept else "")
+            + (f"{_fmt(values['batch_table'])} | " if tabled else "") + f"{_fmt(values['speedup_c1'])} "
             f"({_fmt(values['speedup_c1_bounds'])}) | "
             f"{_fmt(values['tpot_p50_baseline_ms'], 1)} / {_fmt(values['tpot_p50_speculative_ms'], 1)} | "
             f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} | {_fmt(values['blocks'])} | "

@@ -23,6 +23,10 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``sweep``: on a key's canary, which measures each draft length of its plan's sweep
   (specfleet.sweep): ``not_started``, those whose serving did not start; ``next_tokens`` the one
   the next speculative block runs;
+- ``table``: the per-batch-size table (specfleet.batch_table) measured after the gate reverted
+  for a c=8 regression alone: ``bands``, ``serving`` (the measured serving with it), ``without``
+  (the verdict on the candidate without it) and ``since`` (its blocks start at the baseline
+  block before its first);
 - ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop).
 """
 
@@ -32,7 +36,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specfleet import gate, paired, release, report, serving, sweep
+from specfleet import batch_table, gate, paired, release, report, serving, sweep
 from specfleet import policy as policy_module
 
 State = dict[str, Any]
@@ -43,7 +47,8 @@ def _state(**fields: Any) -> State:
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
         "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
-        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "max_blocks": 0,
+        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "table": None,
+        "max_blocks": 0,
     }
     state.update(fields)
     return state
@@ -95,18 +100,29 @@ def start(
     if sweeping and planned:
         state["sweep"] = {"not_started": []}
         state["max_blocks"] = sweep.max_blocks(planned["tokens"])
+    elif plan.get("batch_table"):
+        # The candidate with its table takes up to a budget of its own, after the last baseline.
+        state["max_blocks"] = 2 * max_blocks - 1
     earlier = None if remeasure else release.previous_decision(record, candidate["spec_id"])
     if earlier is None:
         return state
-    if earlier.get("decision") == "kept" and earlier.get("retried_spec_id"):
-        # Kept in its lighter variant (out of memory at start): serve that one, while the plan
-        # still makes the same variant; otherwise measure again.
-        retried = _placed_retry(plan, candidate)
-        if retried is None or retried["spec_id"] != earlier["retried_spec_id"]:
-            return state
-        decided = retried
+    if earlier.get("decision") == "kept":
+        decided = candidate
+        if earlier.get("retried_spec_id"):
+            # Kept in its lighter variant (out of memory at start): serve that one, while the
+            # plan still makes the same variant; otherwise measure again.
+            decided = _placed_retry(plan, candidate)
+            if decided is None or decided["spec_id"] != earlier["retried_spec_id"]:
+                return state
+        kept_table = earlier.get("batch_table") or {}
+        if kept_table.get("decision") == gate.KEEP:
+            # Kept with its per-batch-size table: the same serving with the same bands, while the
+            # plan may have one (specfleet_spec_batch_table false: measured again without).
+            if not plan.get("batch_table"):
+                return state
+            decided = batch_table.with_table(decided, kept_table["table"])
     else:
-        decided = candidate if earlier.get("decision") == "kept" else record.get("known_good")
+        decided = record.get("known_good")
     outcome = {**earlier, "reused_from": earlier.get("run_id")}
     if decided is None:
         return _evolve(state, earlier=earlier, outcome=outcome, done=True)
@@ -150,6 +166,8 @@ def _measuring(state: Mapping[str, Any], side: str | None, tokens: int | None = 
         updated["next_serving"] = updated["baseline"]
     elif side == paired.SPECULATIVE and tokens is not None:
         updated["next_serving"] = sweep.with_tokens(updated["candidate"], tokens)
+    elif side == paired.SPECULATIVE and updated.get("table"):
+        updated["next_serving"] = updated["table"]["serving"]
     elif side == paired.SPECULATIVE:
         updated["next_serving"] = (updated.get("retry") or {}).get("serving") or updated["candidate"]
     else:
@@ -169,13 +187,24 @@ def baseline_blocks(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], task: str,
-                            result: Mapping[str, Any]) -> State:
+                            result: Mapping[str, Any], policy: Mapping[str, Any] | None = None) -> State:
     """The speculative serving did not start. Out of memory at start (``oom_at_start``), the
     plan's lighter variant is started once in its place (and in every later speculative block);
     any other failure, the retry's own, or a plan without a variant is the unit's failure:
     ``serve`` stays None and ``failure`` says why, for the playbook to fail with (then
-    ``failed`` rolls the unit back)."""
+    ``failed`` rolls the unit back). The candidate with its per-batch-size table not starting,
+    the candidate stands as the gate judged it without one (reverted), and the unit goes back to
+    its known-good."""
     failure = failure_of(task, result)
+    if state.get("table"):
+        cause = (failure["decisive_lines"] or [failure["message"]])[0]
+        without = state["table"]["without"]
+        verdict = {**without, "reasons": [*without["reasons"], f"the per-batch-size table did not start "
+                                                                f"({failure['failure_class']}: {cause})"]}
+        before = state["blocks"][:state["table"]["since"] + 1]  # the blocks the verdict without it saw
+        decided = _decided(_evolve(state, table=None, blocks=before), plan, policy or {}, verdict)
+        decided["outcome"]["batch_table"] = {"table": state["table"]["bands"], "decision": "did not start"}
+        return decided
     if state.get("sweep"):
         # A draft length whose serving does not start is a revert; the baseline serves and is
         # measured in its block, and the sweep goes on.
@@ -226,6 +255,8 @@ def block_measured(
         block["resolved_speculative_config"] = dict(resolved_speculative_config or {}) or None
         if state.get("next_tokens") is not None:
             block["tokens"] = state["next_tokens"]
+        if state.get("table"):
+            block["batch_table"] = state["table"]["bands"]
     state = _evolve(state, blocks=[*(state.get("blocks") or []), block])
     blocks = state["blocks"]
     if plan.get("speculative") is None:
@@ -238,9 +269,24 @@ def block_measured(
         return _measuring(state, FIRST_BLOCKS[len(blocks)])
     if side == paired.SPECULATIVE:
         return _measuring(state, paired.BASELINE)
+    if state.get("table"):
+        # The table is judged on its own blocks (the baseline before its first one, then its
+        # pairs), with the gate's budget of its own: more pairs while it is unsure.
+        since = state["table"]["since"]
+        verdict = gate.decide(blocks[since:], policy)
+        if verdict["decision"] == gate.MEASURE:
+            return _measuring(state, verdict["next"][0])
+        return _decided(state, plan, policy, verdict, since=since)
     verdict = gate.decide(blocks, policy)
     if verdict["decision"] == gate.MEASURE:
         return _measuring(state, verdict["next"][0])
+    if plan.get("batch_table") and batch_table.applies(verdict):
+        # Speculation pays at c=1 and loses under load: measure it on where it pays only.
+        measured = (state.get("retry") or {}).get("serving") or state["candidate"]
+        bands = batch_table.table(serving.speculation(measured)["num_speculative_tokens"], plan["batch_table"])
+        table = {"bands": bands, "serving": batch_table.with_table(measured, bands), "without": verdict,
+                 "since": len(blocks) - 1}
+        return _measuring(state, paired.SPECULATIVE, table=table)
     return _decided(state, plan, policy, verdict)
 
 
@@ -278,14 +324,16 @@ def _swept_block(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapp
 
 
 def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[str, Any],
-             verdict: Mapping[str, Any], found: Mapping[str, Any] | None = None, view: int | None = None) -> State:
+             verdict: Mapping[str, Any], found: Mapping[str, Any] | None = None, view: int | None = None,
+             since: int = 0) -> State:
     """The gate's keep or revert: what the unit serves and records. A sweep (``found``) decides
-    from the blocks around its speculative block ``view``."""
+    from the blocks around its speculative block ``view``; a table from the blocks ``since``."""
     keep = verdict["decision"] == gate.KEEP
     record = state["record"]
     known_good = record.get("known_good")
     retry = state.get("retry")
-    blocks = state["blocks"] if view is None else state["blocks"][view - 1:view + 2]
+    table = state.get("table")
+    blocks = state["blocks"][since:] if view is None else state["blocks"][view - 1:view + 2]
     first_baseline = next(block["bench"] for block in blocks if block["side"] == paired.BASELINE)
     speculative = [block for block in blocks if block["side"] == paired.SPECULATIVE]
     last_candidate = speculative[-1]["bench"] if speculative else None
@@ -296,7 +344,9 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
     outcome = {
         "decision": "kept" if keep else "reverted",
         "reasons": [*plan["reasons"], *_retry_reasons(state), *verdict["reasons"], *advice,
-                    *([sweep.sentence(found)] if found is not None else []), *state["remeasure_reasons"]],
+                    *([sweep.sentence(found)] if found is not None else []),
+                    *([batch_table.sentence(table["bands"], table["without"], keep)] if table else []),
+                    *state["remeasure_reasons"]],
         "figures": verdict["figures"],
         "measurement": measurement(verdict),
         "baseline": slim(first_baseline),
@@ -308,8 +358,12 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
         outcome["retried_spec_id"] = retry["serving"]["spec_id"]
     if found is not None:
         outcome["sweep"] = dict(found)
+    if table is not None:
+        outcome["batch_table"] = {"table": table["bands"], "decision": verdict["decision"]}
     if keep:
-        measured = retry["serving"] if retry is not None else state["candidate"]
+        measured = table["serving"] if table else retry["serving"] if retry is not None else state["candidate"]
+        # What the candidate is kept as: on trial, like the candidate, when it is measured again.
+        outcome["served_spec_id"] = measured["spec_id"]
         return _measuring(state, None, outcome=outcome, done=True, serve=measured,
                           record=release.known_good(record, measured))
     return _measuring(state, None, outcome=outcome, done=True, serve=known_good,

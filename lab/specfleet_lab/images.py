@@ -9,7 +9,10 @@ unit    trixie base rootfs + chroot `apt-get install` on the host -> `docker imp
 stock   the same from lab/images/unit-stock: a unit as flashed (login nvidia, no Docker)
         (specfleet-lab/unit-stock-pkgs:trixie -> specfleet-lab/unit-stock:trixie)
 engine  lab/emulator/Dockerfile FROM the bookworm base (`--network none`), tagged with the
-        real image names of specfleet/data/images.yml             (build_engine_images)
+        real image names of specfleet/data/images.yml; an image whose vLLM version the matrix
+        knows gets a layer of its own that sets the version the emulator emulates
+        (SPECFLEET_EMULATOR_VLLM_VERSION: the fields its SpeculativeConfig takes)
+                                                                  (build_engine_images)
 
 Each image carries the hash of its recipe (and its parent's) in a label; a build is
 skipped when the label matches, so a second `lab up` costs one `docker inspect` per image.
@@ -39,7 +42,7 @@ from specfleet_lab.config import (
     UNIT_IMAGE,
     LabConfig,
 )
-from specfleet_lab.engine import DOCKER_CLI, docker, docker_env
+from specfleet_lab.engine import DOCKER_CLI, docker, docker_env, docker_input
 from specfleet_lab.sh import LabError, log, run, safe_rmtree
 
 UNIT_PKGS_IMAGE = "specfleet-lab/unit-pkgs:trixie"
@@ -452,6 +455,20 @@ def engine_refs() -> list[str]:
     return [image.ref for image in load_catalog().images if not image.pin_only]
 
 
+def engine_vllm_versions() -> dict[str, str]:
+    """ref -> the vLLM version the matrix gives it, for the vLLM images that have one (the
+    emulator then emulates that version; the others, its default)."""
+    return {image.ref: image.vllm_version for image in load_catalog().images
+            if not image.pin_only and image.backend == "vllm" and image.vllm_version}
+
+
+def version_layer(version: str) -> bytes:
+    """The Dockerfile of an engine image that emulates vLLM ``version``."""
+    return (f"FROM {ENGINE_LOCAL}\n"
+            f"ENV SPECFLEET_EMULATOR_VLLM_VERSION={version}\n"
+            f"LABEL org.specfleet.lab.emulated-vllm-version={version}\n").encode()
+
+
 def mirror_ref(ref: str, mirror: str) -> str:
     """`ghcr.io/nvidia-ai-iot/vllm:tag` -> `<mirror>/nvidia-ai-iot/vllm:tag`.
 
@@ -506,10 +523,23 @@ def build_engine_images(cfg: LabConfig, force: bool = False) -> tuple[BuildResul
             timeout=1800,
         )
         built = True
-        # Re-point the real names first, so the old build is no longer tagged anywhere.
-        for ref in refs:
-            docker(cfg, ["tag", ENGINE_LOCAL, ref])
+        # Re-point the real names first, so the old build is no longer tagged anywhere, then drop
+        # the old version layers (children of the old build) before the old build itself.
+        old_layers = {ref: image_id(cfg, ref) for ref in engine_vllm_versions() if ref in refs}
+        _tag_engine_refs(cfg, refs)
+        for ref, old_layer in old_layers.items():
+            drop_replaced(cfg, old_layer, ref)
         drop_replaced(cfg, old_id, ENGINE_LOCAL)
-    for ref in refs:
-        docker(cfg, ["tag", ENGINE_LOCAL, ref])
+    _tag_engine_refs(cfg, refs)
     return BuildResult(ENGINE_LOCAL, built, time.monotonic() - started, recipe_hash), refs
+
+
+def _tag_engine_refs(cfg: LabConfig, refs: list[str]) -> None:
+    """Each real name on the emulator: its version layer where the matrix gives it a vLLM
+    version (cached by the build: a second call adds nothing), the emulator itself otherwise."""
+    versions = engine_vllm_versions()
+    for ref in refs:
+        if ref in versions:
+            docker_input(cfg, ["build", "--network", "none", "-q", "-t", ref, "-"], version_layer(versions[ref]))
+        else:
+            docker(cfg, ["tag", ENGINE_LOCAL, ref])

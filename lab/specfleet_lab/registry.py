@@ -24,7 +24,7 @@ import yaml
 
 from specfleet_lab.config import LabConfig
 from specfleet_lab.engine import docker, process_alive
-from specfleet_lab.images import ENGINE_LOCAL, mirror_ref
+from specfleet_lab.images import mirror_ref
 from specfleet_lab.sh import LabError, log, run
 from specfleet_lab.state import LabState
 
@@ -139,13 +139,13 @@ def start_registry(cfg: LabConfig, state: LabState, timeout: float = 30.0) -> No
         log.info("%s listening on %s (pid %d)", role, addr, proc.pid)
 
 
-def push_engine_images(cfg: LabConfig, refs: list[str], source: str = ENGINE_LOCAL) -> list[str]:
-    """Push the local image ``source`` (the emulator unless told otherwise) under every real
-    ref's mirror name; return the LAN names."""
+def push_engine_images(cfg: LabConfig, refs: list[str], source: str | None = None) -> list[str]:
+    """Push every real ref's local image (or the local image ``source`` under every ref) under
+    its mirror name; return the LAN names."""
     lan = []
     for ref in refs:
         local_name = mirror_ref(ref, f"127.0.0.1:{cfg.registry_port}")
-        docker(cfg, ["tag", source, local_name])
+        docker(cfg, ["tag", source or ref, local_name])
         try:
             docker(cfg, ["push", local_name], timeout=900)
         finally:

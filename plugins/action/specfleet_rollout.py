@@ -105,7 +105,8 @@ class ActionModule(ActionBase):
         if step in ("baseline_serving", "rolled_back"):
             return getattr(rollout, step)(state)
         if step == "candidate_did_not_start":
-            return rollout.candidate_did_not_start(state, plan, args["task"] or "?", args["result"] or {})
+            policy = self._templar.template(task_vars.get("specfleet_policy"))
+            return rollout.candidate_did_not_start(state, plan, args["task"] or "?", args["result"] or {}, policy)
         if step == "block_measured":
             policy = self._templar.template(task_vars.get("specfleet_policy"))
             return rollout.block_measured(state, plan, args["bench"], policy, args["resolved_speculative_config"])

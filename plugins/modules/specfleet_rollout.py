@@ -30,9 +30,12 @@ description:
     the measurement; C(block_measured) takes one block's bench (baseline, speculative,
     baseline, then more pairs while the gate asks) and, after a baseline block that follows a
     speculative one, gates them all (on a keep the candidate serves again as the known-good,
-    on a revert the known-good serves); C(candidate_did_not_start) starts the plan's lighter
+    on a revert the known-good serves; a revert for the primary workload's c=8 regression alone,
+    where the plan has a C(batch_table), first measures the candidate with a per-batch-size table
+    on its own blocks); C(candidate_did_not_start) starts the plan's lighter
     variant (C(oom_retry)) once when the candidate ran out of memory at start, and otherwise fails
-    with the start's own C(failure_class), C(decisive_lines) and C(failed_task); C(failed) says
+    with the start's own C(failure_class), C(decisive_lines) and C(failed_task) (the candidate with
+    its table not starting is reverted as measured without it); C(failed) says
     why a step failed and starts the rollback to the known-good; C(rollback_did_not_start) falls
     back to this run's measured baseline, then to nothing; C(rolled_back) records what the rollback started; C(finish)
     makes the unit's outcome and records the decision for the candidate.

@@ -121,6 +121,8 @@ CASES = [
          "specfleet_model", "must be a model name or repo id"),
     Case("capability-check-not-bool", {"specfleet_capability_check": "yes"},
          "specfleet_capability_check", "must be true or false"),
+    Case("batch-table-not-bool", {"specfleet_spec_batch_table": "on"},
+         "specfleet_spec_batch_table", "must be true or false"),
     Case("port-out-of-range", {"specfleet_port": 70000},
          "specfleet_port", "must be a TCP port 1..65535, got 70000"),
     Case("port-zero", {"specfleet_port": 0},

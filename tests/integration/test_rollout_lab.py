@@ -15,7 +15,7 @@ from specfleet_lab import lab
 
 from specfleet import report as report_module
 from specfleet import serving
-from tests.conftest import lab_decision, on_unit, recap, serving_options
+from tests.conftest import changed_tasks, lab_decision, on_unit, recap, serving_options
 from tests.conftest import lab_hosts as hosts
 from tests.conftest import lab_playbook as playbook
 
@@ -137,6 +137,10 @@ def test_rerun_restarts_no_container(rolled_out):
     after = {host: on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
              for host in hosts()}
     assert before == after, again.stdout[-4000:]
+    # And reports no change on any unit (the run folder's report is the controller's own).
+    counters = recap(again.stdout)
+    assert {host: counters[host]["changed"] for host in hosts()} == dict.fromkeys(hosts(), 0), \
+        changed_tasks(again.stdout)
 
 
 SPARK = "spark-01"

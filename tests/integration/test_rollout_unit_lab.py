@@ -20,7 +20,7 @@ import pytest
 from specfleet_lab import lab
 
 from specfleet import serving
-from tests.conftest import LAB_INVENTORY, REPO, lab_decision, on_unit, serving_options
+from tests.conftest import LAB_INVENTORY, REPO, changed_tasks, lab_decision, on_unit, recap, serving_options
 from tests.conftest import lab_playbook as playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]
@@ -33,7 +33,7 @@ DECIDED = ("thor-01", "agxorin-jp6-01", "agxorin-jp72-01", "orinnx-01")
 def decided(fleet_lab, tmp_path_factory) -> dict[str, dict]:
     """The module's units prepared, and DECIDED rolled out: after the default lane's rollout a
     re-run that reuses each unit's decision; on a lab brought up since, a measured one."""
-    prepared = playbook("prepare.yml", "-l", ",".join((*DECIDED, "agxorin-jp6-02", SPARK)))
+    prepared = playbook("prepare.yml", "-l", ",".join((*DECIDED, "agxorin-jp6-02", "thor-02", SPARK)))
     assert prepared.returncode == 0, prepared.stdout[-6000:]
     runs = tmp_path_factory.mktemp("decided")
     result = playbook("rollout.yml", "-l", ",".join(DECIDED), env={"SPECFLEET_RUNS_DIR": str(runs)})
@@ -245,6 +245,57 @@ def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_c
     assert again.returncode == 0, again.stdout[-4000:]
     assert {host: on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
             for host in (canary, later)} == started, again.stdout[-4000:]
+    assert {host: recap(again.stdout)[host]["changed"] for host in (canary, later)} == {canary: 0, later: 0}, \
+        changed_tasks(again.stdout)
     reused = {host: json.loads(next((tmp_path / "again").glob(f"*/units/{host}.json")).read_text())
               for host in (canary, later)}
     assert all(record["reused_from"] and record["num_speculative_tokens"] == 2 for record in reused.values())
+
+
+def test_a_unit_that_loses_only_under_load_keeps_speculation_through_a_per_batch_size_table(fleet_lab, decided,
+                                                                                            tmp_path):
+    """A Thor pinned to NGC vLLM 26.10 (vLLM 0.31.0: its SpeculativeConfig takes
+    num_speculative_tokens_per_batch_size; the lab's image of that name emulates 0.31.0), gated
+    on code edits only, with the emulator's loaded_draft_slowdown fault (a step drafting for more
+    than one sequence takes twice as long): EAGLE-3 k=5 wins at c=1 (1.69x noiseless) and loses
+    at c=8 (about 0.75x), so the gate reverts for c=8 alone. The rollout then measures the
+    candidate with speculation at batch 1 and none from 2 to 8, which serves c=8 as the baseline
+    does: kept, served with its table, shown in the report; a re-run restarts nothing. The unit
+    stays on its vetted table (the other tests here leave thor-02 alone)."""
+    host = "thor-02"
+    bands = [[1, 1, 5], [2, 8, 0]]
+    settings = {"specfleet_image": "ngc-vllm-26.10", "specfleet_gate_workloads": ["code_edit"]}
+    pulled = playbook("prepare.yml", "-l", host, "--tags", "image", "-e", json.dumps(settings))
+    assert pulled.returncode == 0, pulled.stdout[-4000:]
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "loaded_draft_slowdown": 2.0})
+    try:
+        runs = tmp_path / "table"
+        measure = json.dumps({**settings, "specfleet_rollout_remeasure": True})
+        result = playbook("rollout.yml", "-l", host, "-e", measure, env={"SPECFLEET_RUNS_DIR": str(runs)})
+        assert result.returncode == 0, result.stdout[-6000:]
+        record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+        assert (record["decision"], record["batch_table"]) == ("kept", {"table": bands, "decision": "keep"}), \
+            record["reasons"]
+        (why,) = [reason for reason in record["reasons"] if reason.startswith("per-batch-size table")]
+        assert why.startswith("per-batch-size table (k=5 at batch 1, off at batch 2-8) measured after code_edit: "
+                              "throughput at c=8 -") and "regresses under load" in why, why
+        release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+        current = release["current"]
+        assert current == release["known_good"] and "nvidia/vllm:26.10-py3" in current["image"]
+        assert current["speculative_config"]["num_speculative_tokens_per_batch_size"] == bands
+        args = json.loads(on_unit(host, "docker inspect -f '{{json .Args}}' specfleet-vllm").stdout)
+        assert args == serving.argv(current)[1:]
+        header = on_unit(host, "curl -si http://127.0.0.1:8000/health | grep -i '^server:'").stdout
+        assert "vllm 0.31.0 emulated" in header, header
+        (report_md,) = runs.glob("*/report.md")
+        assert "| batch table |" in report_md.read_text() and "k=5 at batch 1, off at batch 2-8: keep" in \
+            report_md.read_text()
+        started = on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout
+        again = playbook("rollout.yml", "-l", host, "-e", json.dumps(settings),
+                         env={"SPECFLEET_RUNS_DIR": str(tmp_path / "again")})
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert on_unit(host, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' specfleet-vllm").stdout == started
+        reused = json.loads(next((tmp_path / "again").glob(f"*/units/{host}.json")).read_text())
+        assert reused["reused_from"] and reused["batch_table"]["decision"] == "keep", reused["reasons"]
+    finally:
+        lab.set_faults(fleet_lab, host, None)

@@ -140,6 +140,7 @@ class Engine:
         sleep: Callable[[float], None] = time.sleep,
         step_observer: Callable[[StepRecord], None] | None = None,
         power: PowerMonitor | None = None,
+        loaded_draft_slowdown: float = 1.0,
     ) -> None:
         self.perf = perf
         # An emulated Jetson's nvpmodel mode and clock pinning (power.py); None: full speed.
@@ -150,6 +151,8 @@ class Engine:
         self.time_scale = time_scale
         self.noise = noise
         self.hang_after_tokens = hang_after_tokens
+        # Fault switch (faults.py): a step drafting for more than one sequence takes this many times as long.
+        self.loaded_draft_slowdown = loaded_draft_slowdown
         self._sleep = sleep
         self._step_observer = step_observer
         self._iteration = 0
@@ -269,6 +272,8 @@ class Engine:
             factors = [r.noise_factor for r in decoding + new]
             duration *= self.noise.unit_factor * (sum(factors) / len(factors))
             duration *= self.power_factor()
+            if k and sum(1 for proposing, *_ in plan if proposing) > 1:
+                duration *= self.loaded_draft_slowdown
             self._deadline = max(self._deadline, time.monotonic() - 1.0) + duration * self.time_scale
             delay = self._deadline - time.monotonic()
             if delay > 0:

@@ -25,6 +25,10 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
   n-th request of the process takes the second-best token at position
   `divergence_after_tokens + n mod (answer length - divergence_after_tokens)`
   (non-determinism at temperature 0); logprobs.py models all three
+- `loaded_draft_slowdown: F`  a step in which more than one sequence drafts takes F times as
+  long (F >= 1): speculation that pays for one request at a time and loses under load, as a
+  verify path that leaves its fast kernels past batch 1 does (vLLM issues #27379, #31014); a
+  step drafting for one sequence, or none (a per-batch-size table's k = 0 band), is unchanged
 - `only_when_speculating: true`  every switch above applies only to a server started
   with --speculative-config (a drafter crash, a speculative-only hang); the baseline runs clean
 """
@@ -53,6 +57,7 @@ class Faults:
     output_divergence: str | None = None
     divergence_after_tokens: int = DEFAULT_DIVERGENCE_AFTER_TOKENS
     unstable_outputs: bool = False
+    loaded_draft_slowdown: float = 1.0
     only_when_speculating: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -71,7 +76,7 @@ def parse_faults(data: Any) -> Faults:
     unknown = set(data) - {
         "crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s",
         "drafter_unbudgeted_mib", "reject_speculative_config", "output_divergence", "divergence_after_tokens",
-        "unstable_outputs", "only_when_speculating",
+        "unstable_outputs", "loaded_draft_slowdown", "only_when_speculating",
     }
     if unknown:
         raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
@@ -91,6 +96,9 @@ def parse_faults(data: Any) -> Faults:
     delay = data.get("startup_delay_s", 0) or 0
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ValueError("startup_delay_s must be a non-negative number")
+    slowdown = data.get("loaded_draft_slowdown", 1.0)
+    if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)) or slowdown < 1:
+        raise ValueError("loaded_draft_slowdown must be a number >= 1")
     return Faults(
         crash_after_requests=optional_count("crash_after_requests"),
         never_ready=bool(data.get("never_ready", False)),
@@ -101,6 +109,7 @@ def parse_faults(data: Any) -> Faults:
         output_divergence=divergence,
         divergence_after_tokens=DEFAULT_DIVERGENCE_AFTER_TOKENS if after is None else after,
         unstable_outputs=bool(data.get("unstable_outputs", False)),
+        loaded_draft_slowdown=float(slowdown),
         only_when_speculating=bool(data.get("only_when_speculating", False)),
     )
 

@@ -459,6 +459,7 @@ def _engine_core(st: Startup) -> Engine:
         noise,
         st.faults.hang_mid_stream_after_tokens,
         power=load_power_monitor(st.env, log.plain),
+        loaded_draft_slowdown=st.faults.loaded_draft_slowdown,
     )
 
 

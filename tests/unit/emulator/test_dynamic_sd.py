@@ -154,12 +154,14 @@ def test_throughput_follows_the_bands() -> None:
 
 
 def run_engine(
-    engine_perf: Any, concurrency: int, tokens: int = 120, workload: str = "code_edit"
+    engine_perf: Any, concurrency: int, tokens: int = 120, workload: str = "code_edit", slowdown: float = 1.0
 ) -> tuple[list[StepRecord], dict[str, float]]:
-    """`concurrency` equal requests admitted in the same step; the engine unpaced."""
+    """`concurrency` equal requests admitted in the same step; the engine unpaced. `slowdown`:
+    the loaded_draft_slowdown fault switch."""
     records: list[StepRecord] = []
     metrics = VllmMetrics("m", 5 if engine_perf.method else None, {"block_size": "16"})
-    engine = Engine(engine_perf, metrics, 10**6, 256, 0.0, NoiseModel(), step_observer=records.append)
+    engine = Engine(engine_perf, metrics, 10**6, 256, 0.0, NoiseModel(), step_observer=records.append,
+                    loaded_draft_slowdown=slowdown)
     requests = [
         GenerationRequest(f"r{i}", 64, [" x"] * tokens, "length", workload, 0.0, random.Random(i))
         for i in range(concurrency)
@@ -203,6 +205,19 @@ def test_engine_picks_the_draft_length_per_step() -> None:
     # On chat, where k = 5 at eight costs more than it brings, the k = 0 band wins it back.
     chat_eight = modelled_rate(run_engine(dynamic, 8, workload="chat")[0], 8)
     assert chat_eight > 1.2 * modelled_rate(run_engine(static, 8, workload="chat")[0], 8)
+
+
+def test_the_loaded_draft_slowdown_costs_only_steps_that_draft_for_several_sequences() -> None:
+    """The fault switch for speculation that pays alone and loses under load: a static k loses
+    at eight, and a table that drafts at batch 1 only serves as the baseline there."""
+    dynamic, static, baseline = perf(eagle3(BANDS)), perf(eagle3()), perf(None)
+    alone = modelled_rate(run_engine(static, 1, slowdown=2.0)[0], 1)
+    assert alone == pytest.approx(modelled_rate(run_engine(static, 1)[0], 1), rel=0.02)
+    assert alone > 1.3 * modelled_rate(run_engine(baseline, 1)[0], 1)
+    base_eight = modelled_rate(run_engine(baseline, 8, slowdown=2.0)[0], 8)
+    assert base_eight == pytest.approx(modelled_rate(run_engine(baseline, 8)[0], 8), rel=0.02)
+    assert modelled_rate(run_engine(static, 8, slowdown=2.0)[0], 8) < 0.9 * base_eight
+    assert modelled_rate(run_engine(dynamic, 8, slowdown=2.0)[0], 8) == pytest.approx(base_eight, rel=0.02)
 
 
 # --- through `vllm serve` ----------------------------------------------------------------------

@@ -26,6 +26,10 @@ def test_parse_faults() -> None:
         parse_faults({"crash_after": 3})
     with pytest.raises(ValueError):
         parse_faults({"hang_mid_stream_after_tokens": -1})
+    assert parse_faults({"loaded_draft_slowdown": 2}).loaded_draft_slowdown == 2.0
+    for bad in (0.5, True, "2"):
+        with pytest.raises(ValueError, match="loaded_draft_slowdown must be a number >= 1"):
+            parse_faults({"loaded_draft_slowdown": bad})
 
 
 def test_crash_after_requests(launch: Any, lab_env: dict[str, str]) -> None:

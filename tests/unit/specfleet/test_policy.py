@@ -49,6 +49,7 @@ def test_per_class_override_merges_class_by_class():
         ({"specfleet_max_num_seqs": 4}, "specfleet_max_num_seqs"),
         ({"specfleet_max_model_len": {"thor": "long"}}, "specfleet_max_model_len.thor"),
         ({"specfleet_capability_check": "yes"}, "specfleet_capability_check"),
+        ({"specfleet_spec_batch_table": "on"}, "specfleet_spec_batch_table"),
         ({"specfleet_port": 70000}, "specfleet_port"),
         ({"specfleet_image_mirror": "http://registry.lan:5000"}, "specfleet_image_mirror"),
         ({"specfleet_gate_min_throughput_gain": -0.1}, "specfleet_gate_min_throughput_gain"),

@@ -179,5 +179,5 @@ def test_the_report_shows_a_canarys_sweep_and_where_a_later_units_k_came_from():
     text = report.to_markdown([canary, later], "r")
     assert "| k sweep |" in text and "| k=2 keep 1.64x, k=4 revert 1.91x: k=2 |" in text
     # Last in the CSV (columns keep their places); in the table only when a unit swept.
-    assert report.to_csv([canary]).splitlines()[0].endswith(",reasons,draft_sweep")
+    assert report.to_csv([canary]).splitlines()[0].endswith(",reasons,draft_sweep,batch_table")
     assert "k sweep" not in report.to_markdown(RECORDS, "r")

@@ -400,3 +400,109 @@ def test_a_canary_none_of_whose_draft_lengths_starts_reverts_saying_so():
         state = rollout.block_measured(state, SWEEP_PLAN, BASELINE_BENCH, POLICY)
     assert state["done"] and state["outcome"]["decision"] == "reverted" and state["serve"] == state["baseline"]
     assert state["outcome"]["reasons"][1].startswith("revert to the baseline: no draft length started (k=2: ValueError")
+
+
+# ---- the per-batch-size table ----------------------------------------------------------------
+TABLE_PLAN = {**PLAN, "batch_table": {"speculate_up_to": 1, "max_batch": 8}}
+LOSES_UNDER_LOAD = bench("speculative", 1.8, c8_speed=0.8, chat_speed=1.1, acceptance=ACCEPTANCE)
+TABLED = bench("speculative", 1.8, c8_speed=1.0, chat_speed=1.1, acceptance=ACCEPTANCE)
+BANDS = [[1, 1, 5], [2, 8, 0]]
+
+
+def test_a_unit_that_wins_at_c1_and_loses_at_c8_is_measured_with_a_table_and_keeps_it():
+    budget = POLICY["specfleet_gate_max_blocks"]
+    # Room in the playbook's measuring loop for the table's blocks, a budget of their own.
+    assert rollout.start(TABLE_PLAN, "", ENV, MOUNTS, [], False, max_blocks=budget)["max_blocks"] == 2 * budget - 1
+    state = started(plan=TABLE_PLAN)
+    state = gated(measured_baseline(state, TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
+    # Reverted for c=8 alone: the candidate once more, drafting at batch 1 only.
+    assert not state["done"] and state["next"] == "speculative"
+    tabled = state["next_serving"]
+    assert tabled["speculative_config"] == {**EAGLE3, "num_speculative_tokens_per_batch_size": BANDS}
+    assert tabled["spec_id"] not in (state["candidate"]["spec_id"], state["baseline"]["spec_id"])
+    assert '"num_speculative_tokens_per_batch_size":[[1,1,5],[2,8,0]]' in " ".join(serving.argv(tabled))
+    # At c=8 the table serves as the baseline does: one pair cannot show it is within the margin,
+    # so the gate measures another, within a budget of the table's own.
+    state = gated(state, TABLED, TABLE_PLAN)
+    assert not state["done"] and (state["next"], state["next_serving"]) == ("speculative", tabled)
+    state = gated(state, TABLED, TABLE_PLAN)
+    outcome = state["outcome"]
+    assert state["done"] and (outcome["decision"], outcome["serving"]) == ("kept", "speculative")
+    assert state["serve"] == tabled and state["record"]["known_good"] == tabled
+    assert outcome["batch_table"] == {"table": BANDS, "decision": "keep"}
+    assert [block.get("batch_table") for block in state["blocks"]] == [None, None, None, BANDS, None, BANDS, None]
+    # Judged on its own blocks: the baseline before its first, then its two pairs.
+    assert outcome["measurement"]["blocks"] == ["baseline", "speculative", "baseline", "speculative", "baseline"]
+    (why,) = [reason for reason in outcome["reasons"] if reason.startswith("per-batch-size table")]
+    assert why.startswith("per-batch-size table (k=5 at batch 1, off at batch 2-8) measured after code_edit: "
+                          "throughput at c=8 -19.9%")
+    assert why.endswith(": kept: speculation where it pays, off under load")
+    # The decision is the candidate's; a re-run serves the same table without measuring.
+    final = rollout.finish(state, "r1")
+    assert final["record"]["decisions"][state["candidate"]["spec_id"]]["batch_table"]["decision"] == "keep"
+    again = started(final["record"], plan=TABLE_PLAN)
+    assert again["done"] and again["serve"] == tabled
+
+
+def test_a_table_that_loses_too_reverts_and_one_that_does_not_start_reverts_as_measured_without():
+    first = gated(measured_baseline(started(plan=TABLE_PLAN), TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
+    lost = gated(first, LOSES_UNDER_LOAD, TABLE_PLAN)
+    assert (lost["outcome"]["decision"], lost["serve"]) == ("reverted", lost["baseline"])
+    assert lost["outcome"]["batch_table"] == {"table": BANDS, "decision": "revert"}
+    assert started(rollout.finish(lost, "r1")["record"], plan=TABLE_PLAN)["serve"] == lost["baseline"]
+    result = {"failure_class": "spec_config_rejected", "msg": "start failed",
+              "decisive_lines": ["ValueError: num_speculative_tokens_per_batch_size ..."]}
+    refused = rollout.candidate_did_not_start(first, TABLE_PLAN, "Start the speculative serving", result, POLICY)
+    assert refused["done"] and refused["next"] is None and refused["failure"] is None
+    assert (refused["outcome"]["decision"], refused["serve"]) == ("reverted", first["baseline"])
+    assert refused["outcome"]["batch_table"] == {"table": BANDS, "decision": "did not start"}
+    assert refused["outcome"]["reasons"][-1] == ("the per-batch-size table did not start (spec_config_rejected: "
+                                                 "ValueError: num_speculative_tokens_per_batch_size ...)")
+
+
+def test_no_table_without_one_planned_or_when_more_than_c8_fails():
+    plain = gated(measured_baseline(started()), LOSES_UNDER_LOAD)
+    assert plain["done"] and plain["outcome"]["decision"] == "reverted" and "batch_table" not in plain["outcome"]
+    chat_loses = bench("speculative", 1.8, c8_speed=0.8, chat_speed=0.8, acceptance=ACCEPTANCE)
+    both = gated(measured_baseline(started(plan=TABLE_PLAN), TABLE_PLAN), chat_loses, TABLE_PLAN)
+    assert both["done"] and both["outcome"]["decision"] == "reverted"
+    assert not any(block.get("batch_table") for block in both["blocks"])
+
+
+def kept_with_table() -> dict:
+    """A unit kept with its per-batch-size table (the first table pair inconclusive, the second
+    showing c=8 within the margin), and its run finished."""
+    state = gated(measured_baseline(started(plan=TABLE_PLAN), TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
+    state = gated(gated(state, TABLED, TABLE_PLAN), TABLED, TABLE_PLAN)
+    assert state["outcome"]["batch_table"]["decision"] == "keep"
+    return rollout.finish(state, "r1")
+
+
+def test_a_table_kept_earlier_is_on_trial_when_measured_again_and_a_revert_serves_the_baseline():
+    kept = kept_with_table()
+    tabled = kept["serve"]
+    assert kept["record"]["decisions"][kept["candidate"]["spec_id"]]["served_spec_id"] == tabled["spec_id"]
+    again = rollout.baseline_serving(started(kept["record"], plan=TABLE_PLAN, remeasure=True))
+    assert again["record"]["known_good"] == again["baseline"]  # the table does not count while on trial
+    state = rollout.block_measured(again, TABLE_PLAN, BASELINE_BENCH, POLICY)
+    state = gated(gated(state, LOSES_UNDER_LOAD, TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
+    assert (state["outcome"]["decision"], state["outcome"]["serving"], state["serve"]) == (
+        "reverted", "baseline", state["baseline"])
+
+
+def test_a_kept_table_is_served_again_only_while_the_plan_may_have_one():
+    kept = kept_with_table()
+    assert started(kept["record"], plan=TABLE_PLAN)["serve"] == kept["serve"]
+    without = started(kept["record"], plan={**TABLE_PLAN, "batch_table": None})
+    assert not without["done"] and without["serve"] is None  # measured again, without a table
+
+
+def test_a_table_that_stops_starting_reports_the_blocks_the_verdict_without_it_saw():
+    first = gated(measured_baseline(started(plan=TABLE_PLAN), TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
+    unsure = gated(first, TABLED, TABLE_PLAN)
+    assert unsure["next"] == "speculative"  # one more table pair
+    result = {"failure_class": "server_died", "msg": "exited", "decisive_lines": []}
+    stopped = rollout.candidate_did_not_start(unsure, TABLE_PLAN, "Start the speculative serving", result, POLICY)
+    assert stopped["outcome"]["decision"] == "reverted"
+    assert stopped["outcome"]["speculative"] == rollout.slim(LOSES_UNDER_LOAD)  # not the table's block
+    assert stopped["outcome"]["batch_table"] == {"table": BANDS, "decision": "did not start"}

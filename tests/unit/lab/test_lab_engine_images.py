@@ -1,0 +1,28 @@
+"""The lab's engine images: the emulator under each real name of the image matrix, emulating
+the vLLM version the matrix gives that image (what its SpeculativeConfig takes depends on it)."""
+
+from __future__ import annotations
+
+from specfleet_lab import images
+
+from specfleet.catalog import load_catalog
+
+
+def test_each_vllm_image_with_a_known_version_emulates_that_version():
+    versions = images.engine_vllm_versions()
+    assert versions["nvcr.io/nvidia/vllm:26.10-py3"] == "0.31.0"
+    assert versions["vllm/vllm-openai:v0.20.2"] == "0.20.2"
+    catalog = load_catalog()
+    # A mutable tag with no version (the Jetson AI Lab's latest-jetson-orin) and the TensorRT-LLM
+    # images run the emulator as it is.
+    unknown = [image.ref for image in catalog.images if image.backend == "vllm" and not image.vllm_version]
+    assert unknown and not set(unknown) & set(versions)
+    assert not {image.ref for image in catalog.images if image.backend == "trtllm"} & set(versions)
+    # The lab's real vLLM on CPU is an image of its own (pinned), not the emulator.
+    assert "lab-vllm-cpu-0.32" not in {image.name for image in catalog.images if image.ref in versions}
+
+
+def test_the_version_layer_sets_the_emulated_version_on_the_emulator():
+    dockerfile = images.version_layer("0.31.0").decode().splitlines()
+    assert dockerfile == [f"FROM {images.ENGINE_LOCAL}", "ENV SPECFLEET_EMULATOR_VLLM_VERSION=0.31.0",
+                          "LABEL org.specfleet.lab.emulated-vllm-version=0.31.0"]
