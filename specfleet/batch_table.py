@@ -25,11 +25,11 @@ Pure functions; the rollout (specfleet.rollout) sequences the blocks.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specfleet import gate, serving
+from specfleet.catalog import version_key
 
 FIELD = "num_speculative_tokens_per_batch_size"
 # The first vLLM release with the field (vllm-project/vllm PR #32374, in v0.24.0).
@@ -40,20 +40,10 @@ SPECULATE_UP_TO = 1
 Table = list[list[int]]
 
 
-def _version(text: str) -> tuple[int, ...] | None:
-    parts = []
-    for piece in str(text).split("."):
-        digits = "".join(char for char in piece if char.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
-
-
 def supported(vllm_version: str | None) -> bool:
     """Whether an image's vLLM takes the field (an unknown version does not: it may refuse it)."""
-    found = _version(vllm_version) if vllm_version else None
-    return found is not None and found >= SUPPORTED_SINCE
+    found = version_key(vllm_version) if vllm_version else ()
+    return bool(found) and found >= SUPPORTED_SINCE
 
 
 def for_plan(plan: Mapping[str, Any], policy: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -77,11 +67,7 @@ def table(tokens: int, planned: Mapping[str, Any]) -> Table:
 def with_table(spec: Mapping[str, Any], bands: Sequence[Sequence[int]]) -> dict[str, Any]:
     """A vLLM speculative serving with the table; a serving placed on a unit
     (specfleet.serving.for_unit) gets the id of what it now runs."""
-    variant = copy.deepcopy(dict(spec))
-    variant["speculative_config"] = {**variant["speculative_config"], FIELD: [list(band) for band in bands]}
-    if "spec_id" in variant:
-        variant["spec_id"] = serving.spec_id(variant)
-    return variant
+    return serving.with_speculative(spec, **{FIELD: [list(band) for band in bands]})
 
 
 def applies(verdict: Mapping[str, Any]) -> bool:

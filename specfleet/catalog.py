@@ -21,6 +21,20 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity im
 SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
 
 
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A version's numbers, to compare: ``"36.4.3"`` -> (36, 4, 3); a release suffix ends them
+    (``"0.24.0rc1"`` -> (0, 24, 0)); () when it starts with none (``"latest"``)."""
+    numbers: list[int] = []
+    for piece in str(version).split("."):
+        match = re.match(r"\d+", piece)
+        if match is None:
+            break
+        numbers.append(int(match.group()))
+        if match.end() != len(piece):
+            break
+    return tuple(numbers)
+
 @dataclass(frozen=True)
 class Model:
     name: str

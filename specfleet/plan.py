@@ -13,14 +13,10 @@ from typing import Any
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
 
 from specfleet import batch_table, capability, plan_trtllm, serving, sweep
-from specfleet.catalog import Catalog, Image, Model
+from specfleet.catalog import Catalog, Image, Model, version_key
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
 GIB_PER_MIB = 1 / 1024
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
 
 
 def _cuda_major(version: str | None) -> int | None:
@@ -34,9 +30,9 @@ def image_fits(image: Image, device_class: str, l4t: str | None, unit_cuda: str 
         pass  # an image for a class without L4T (DGX Spark): class and CUDA decide
     elif l4t is None:
         return False
-    elif _version_key(l4t) < _version_key(image.l4t_min):
+    elif version_key(l4t) < version_key(image.l4t_min):
         return False
-    if image.l4t_max and _version_key(l4t) > _version_key(image.l4t_max):
+    if image.l4t_max and version_key(l4t) > version_key(image.l4t_max):
         return False
     if image.cuda is None:
         return True

@@ -28,6 +28,9 @@ CSV_COLUMNS = (
 )
 
 
+# The Markdown table's optional columns: (row column, title, the unit record's field).
+OPTIONAL_COLUMNS = (("draft_sweep", "k sweep", "sweep"), ("batch_table", "batch table", "batch_table"))
+
 RUNS_ENV = "SPECFLEET_RUNS_DIR"
 
 
@@ -195,28 +198,26 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 def to_markdown(records: Sequence[Mapping], run_id: str) -> str:
     totals = summary(records)
-    swept = any(record.get("sweep") for record in records)  # the k sweep column, when a unit swept
-    tabled = any(record.get("batch_table") for record in records)  # a per-batch-size table was measured
+    # Columns shown only when a unit has something in them: a k sweep, a per-batch-size table.
+    optional = [(column, title) for column, title, field in OPTIONAL_COLUMNS
+                if any(record.get(field) for record in records)]
     lines = [
         f"# specfleet rollout {run_id}",
         "",
         f"{totals['units']} units: **{totals['kept']} kept**, {totals['reverted']} reverted, "
         f"{totals['failed']} failed.",
         "",
-        "| host | class | power | decision | method | k |" + (" k sweep |" if swept else "")
-        + (" batch table |" if tabled else "")
+        "| host | class | power | decision | method | k |" + "".join(f" {title} |" for _, title in optional)
         + " speedup c=1 (bounds) | TPOT p50 base/spec (ms) | speedup c=8 | acceptance | blocks | baseline drift "
         "| outputs |",
-        "|---|---|---|---|---|---|" + ("---|" if swept else "") + ("---|" if tabled else "")
-        + "---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|" + "---|" * len(optional) + "---|---|---|---|---|---|---|",
     ]
     for record in records:
         values = row(record)
         lines.append(
             f"| {values['host']} | {values['device_class']} | {_fmt(values['power'])} | {values['decision']} | "
             f"{values['method'] or '-'} | {_fmt(values['num_speculative_tokens'])} | "
-            + (f"{_fmt(values['draft_sweep'])} | " if swept else "")
-            + (f"{_fmt(values['batch_table'])} | " if tabled else "") + f"{_fmt(values['speedup_c1'])} "
+            + "".join(f"{_fmt(values[column])} | " for column, _ in optional) + f"{_fmt(values['speedup_c1'])} "
             f"({_fmt(values['speedup_c1_bounds'])}) | "
             f"{_fmt(values['tpot_p50_baseline_ms'], 1)} / {_fmt(values['tpot_p50_speculative_ms'], 1)} | "
             f"{_fmt(values['speedup_c8'])} | {_fmt(values['acceptance_rate'])} | {_fmt(values['blocks'])} | "

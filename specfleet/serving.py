@@ -22,6 +22,7 @@ before servings were structured (record version 1).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -180,6 +181,16 @@ def speculation(spec: Mapping[str, Any] | None) -> dict[str, Any]:
                 config.get("max_draft_len")}
     config = spec.get("speculative_config") or {}
     return {"method": config.get("method"), "num_speculative_tokens": config.get("num_speculative_tokens")}
+
+
+def with_speculative(spec: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
+    """A vLLM speculative serving with ``fields`` set in its speculative config (a draft length,
+    a per-batch-size table); a serving placed on a unit (for_unit) gets the id of what it now runs."""
+    variant = copy.deepcopy(dict(spec))
+    variant["speculative_config"] = {**variant["speculative_config"], **fields}
+    if "spec_id" in variant:
+        variant["spec_id"] = spec_id(variant)
+    return variant
 
 
 def draft_repo(spec: Mapping[str, Any]) -> str | None:

@@ -69,11 +69,7 @@ def canaries(plans: Iterable[Mapping[str, Any] | None]) -> dict[str, str]:
 def with_tokens(spec: Mapping[str, Any], tokens: int) -> dict[str, Any]:
     """A vLLM speculative serving drafting ``tokens`` tokens; a serving placed on a unit
     (specfleet.serving.for_unit) gets the id of what it now runs."""
-    variant = copy.deepcopy(dict(spec))
-    variant["speculative_config"] = {**variant["speculative_config"], "num_speculative_tokens": int(tokens)}
-    if "spec_id" in variant:
-        variant["spec_id"] = serving.spec_id(variant)
-    return variant
+    return serving.with_speculative(spec, num_speculative_tokens=int(tokens))
 
 
 def planned_with(plan: Mapping[str, Any], tokens: int, canary: str) -> dict[str, Any]:

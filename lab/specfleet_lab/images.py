@@ -501,9 +501,11 @@ def build_engine_images(cfg: LabConfig, force: bool = False) -> tuple[BuildResul
     recipe_hash = engine_image_hash(cfg)
     refs = engine_refs()
     started = time.monotonic()
-    built = False
-    if force or not image_current(cfg, ENGINE_LOCAL, recipe_hash):
-        old_id = image_id(cfg, ENGINE_LOCAL)
+    built = force or not image_current(cfg, ENGINE_LOCAL, recipe_hash)
+    # What a rebuild replaces: the old build and its version layers (its children).
+    old_id = image_id(cfg, ENGINE_LOCAL) if built else None
+    old_layers = {ref: image_id(cfg, ref) for ref in engine_vllm_versions() if ref in refs} if built else {}
+    if built:
         docker(
             cfg,
             [
@@ -522,15 +524,12 @@ def build_engine_images(cfg: LabConfig, force: bool = False) -> tuple[BuildResul
             ],
             timeout=1800,
         )
-        built = True
-        # Re-point the real names first, so the old build is no longer tagged anywhere, then drop
-        # the old version layers (children of the old build) before the old build itself.
-        old_layers = {ref: image_id(cfg, ref) for ref in engine_vllm_versions() if ref in refs}
-        _tag_engine_refs(cfg, refs)
-        for ref, old_layer in old_layers.items():
-            drop_replaced(cfg, old_layer, ref)
-        drop_replaced(cfg, old_id, ENGINE_LOCAL)
+    # The real names on the new build first, so the old one is no longer tagged anywhere; then
+    # the old version layers go before the old build itself.
     _tag_engine_refs(cfg, refs)
+    for ref, old_layer in old_layers.items():
+        drop_replaced(cfg, old_layer, ref)
+    drop_replaced(cfg, old_id, ENGINE_LOCAL)
     return BuildResult(ENGINE_LOCAL, built, time.monotonic() - started, recipe_hash), refs
 
 

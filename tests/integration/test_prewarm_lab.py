@@ -12,19 +12,16 @@ keys two by two to both idle units.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from specfleet import prewarm
 from tests.bench.prewarm_start import emulator_start, module, on_unit, plans, serve_params
-from tests.conftest import REPO, recap
+from tests.conftest import REPO, lab_playbook, recap
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~7 min: CI runs it, `scripts/test --slow` here
 
@@ -52,11 +49,7 @@ print(json.dumps(out))
 
 
 def playbook(name: str, *extra: str) -> subprocess.CompletedProcess:
-    binary = Path(sys.executable).with_name("ansible-playbook")
-    return subprocess.run([str(binary), "-i", str(INVENTORY), f"playbooks/{name}", "-l", LIMIT,
-                           "-e", json.dumps(EVENT), *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=3600,
-                          env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+    return lab_playbook(name, "-l", LIMIT, "-e", json.dumps(EVENT), *extra)
 
 
 def live(host: str) -> dict[str, dict]:
