@@ -108,7 +108,8 @@ REAL_WORKLOAD = "code_edit"
 REAL_CONCURRENCY = (1, 8)
 REAL_REQUESTS = 80  # per run and concurrency: the 40-prompt set twice, each request with its own nonce
 REAL_MAX_TOKENS = 64
-REAL_ROUNDS = 3  # runs of `vllm bench serve` per concurrency, each between two of ours
+REAL_ROUNDS = 6  # runs of `vllm bench serve` per concurrency, each between two of ours: at c=8 one run's p50
+# moves 15-20% from the next on this 2-core host (measured), so 3 rounds left a 5% comparison inside the noise
 REAL_PAIR_ROUNDS = 1
 REAL_GOAL = 0.05
 

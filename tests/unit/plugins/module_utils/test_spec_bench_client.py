@@ -277,6 +277,35 @@ def test_batch_stops_after_the_first_failure(scripted):
     assert len(Scripted.bodies) == 1
 
 
+def test_batch_sends_its_first_requests_together_however_slowly_its_threads_start(monkeypatch):
+    """On a host the server keeps busy a thread can take 100 ms and more to start: the first
+    `concurrency` requests still go out together (as one event loop sends them) and the wall
+    time starts at their dispatch, not at the first thread's."""
+    sent: list[float] = []
+
+    def fake_stream_request(endpoint, path, body, timeout, deadline, index, clock, prompt_id):
+        sent.append(time.monotonic())
+        time.sleep(0.05)
+        return client.RequestResult(index=index, sent_at=sent[-1], chunk_times=[sent[-1]], completion_tokens=1,
+                                    prompt_tokens=1, text="x", finish_reason="length", error_class=None,
+                                    error=None, prompt_id=prompt_id)
+
+    start = threading.Thread.start
+
+    def slow_start(self):
+        start(self)
+        time.sleep(0.04)  # the next thread starts 40 ms later
+
+    monkeypatch.setattr(client, "stream_request", fake_stream_request)
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(8)]
+    batch = client.run_batch(client.Endpoint.parse("http://127.0.0.1:9"), client.CHAT_PATH, bodies, 4, timeout=5)
+    first = sorted(sent)[:4]
+    assert first[-1] - first[0] < 0.03  # started one by one they would span 120 ms
+    assert batch.wall_s < 0.1 + 0.03  # two rounds of 50 ms from the first dispatch
+    assert all(r.ok for r in batch.results)
+
+
 # --- metrics ----------------------------------------------------------------------------------
 
 METRICS_BEFORE = """# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
