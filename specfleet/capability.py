@@ -13,11 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
-import yaml
-
-from specfleet.catalog import Catalog, Model
+from specfleet.catalog import Catalog, DataFileError, Model, entry_problems, read_data
 
 
 @dataclass(frozen=True)
@@ -50,9 +47,27 @@ def dotted(capability: int) -> str:
     return f"{capability // 10}.{capability % 10}"
 
 
+@dataclass(frozen=True)
+class _ClassEntry:
+    """A device_classes entry of capability.yml (its schema)."""
+
+    compute_capability: int
+    gpu: str
+
+
 @cache
 def load_table() -> CapabilityTable:
-    data = yaml.safe_load(resources.files("specfleet.data").joinpath("capability.yml").read_text())
+    where = "specfleet/data/capability.yml"
+    data = read_data("capability.yml", ("device_classes", "formats"))
+    problems = []
+    for section, cls, given in (("device_classes", _ClassEntry, ()), ("formats", WeightFormat, ("name",))):
+        if not isinstance(data[section], Mapping):
+            raise DataFileError(f"{where} {section}: must be a map of name -> entry")
+        problems += [problem for name, entry in data[section].items()
+                     for problem in entry_problems(cls, entry, f"{where} {section}.{name}", given,
+                                                   optional=("native_capability",))]
+    if problems:
+        raise DataFileError("\n".join(problems))
     classes = {
         name: (int(entry["compute_capability"]), str(entry["gpu"]))
         for name, entry in data["device_classes"].items()

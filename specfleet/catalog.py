@@ -7,6 +7,7 @@ whichever file it came from.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -199,22 +200,83 @@ def parse_image(entry: Mapping[str, Any]) -> Image:
     return Image(**{**optional, **entry, "classes": tuple(entry["classes"]), "methods": tuple(entry["methods"])})
 
 
-def _read(name: str) -> dict:
-    return yaml.safe_load(resources.files("specfleet.data").joinpath(name).read_text())
+# ---- the data files' schema -----------------------------------------------------------------
+class DataFileError(ValueError):
+    """A shipped data file (catalog, image matrix, capability table) does not hold to its
+    schema: an edit gone wrong. Each line names the file, the entry and the field."""
+
+
+# A field's annotation (as written in the dataclass) -> (check, what it must be).
+_FIELD_TYPES: dict[str, tuple[Any, str]] = {
+    "str": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
+    "str | None": (lambda v: v is None or isinstance(v, str), "null or a string"),
+    "int": (lambda v: type(v) is int, "an integer"),
+    "int | None": (lambda v: v is None or type(v) is int, "null or an integer"),
+    "float": (lambda v: type(v) in (int, float), "a number"),
+    "float | None": (lambda v: v is None or type(v) in (int, float), "null or a number"),
+    "bool": (lambda v: type(v) is bool, "true or false"),
+    "tuple[str, ...]": (lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v), "a list of strings"),
+}
+
+
+def entry_problems(cls: type, entry: Any, where: str, given: Sequence[str] = (), optional: Sequence[str] = ()
+                   ) -> list[str]:
+    """Every problem with one data-file entry read into the dataclass ``cls``: a missing or
+    unknown field, or a value of the wrong type. ``given`` fields come from elsewhere (a key),
+    ``optional`` ones may be left out (read as null)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in given}
+    if not isinstance(entry, Mapping):
+        return [f"{where}: must be a map with {', '.join(fields)}, got {type(entry).__name__}"]
+    required = [name for name, f in fields.items() if name not in optional
+                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    problems = [f"{where}: missing {name}" for name in required if name not in entry]
+    unknown = sorted(set(map(str, entry)) - set(fields))
+    if unknown:
+        problems.append(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(fields)})")
+    for name, f in fields.items():
+        check, wanted = _FIELD_TYPES[str(f.type)]
+        if name in entry and not check(entry[name]):
+            problems.append(f"{where}.{name}: must be {wanted}, got {entry[name]!r:.80}")
+    return problems
+
+
+def read_data(name: str, sections: Sequence[str]) -> dict:
+    """A shipped data file, refused (DataFileError) when it is not YAML or lacks a section."""
+    where = f"specfleet/data/{name}"
+    try:
+        data = yaml.safe_load(resources.files("specfleet.data").joinpath(name).read_text())
+    except yaml.YAMLError as exc:
+        raise DataFileError(f"{where}: not valid YAML ({exc})") from exc
+    if not isinstance(data, Mapping):
+        raise DataFileError(f"{where}: must be a map with {', '.join(sections)}")
+    missing = [section for section in sections if section not in data]
+    if missing:
+        raise DataFileError(f"{where}: missing {', '.join(missing)}")
+    return dict(data)
+
+
+def _listed(data: Mapping[str, Any], section: str, where: str) -> list:
+    entries = data[section]
+    if not isinstance(entries, list):
+        raise DataFileError(f"{where} {section}: must be a list of entries")
+    return entries
 
 
 @cache
 def load_catalog() -> Catalog:
-    catalog = _read("catalog.yml")
-    images = _read("images.yml")
-    models = tuple(
-        Model(**{**entry, "draft_models": tuple(entry["draft_models"])})
-        for entry in catalog["models"]
-    )
-    heads = tuple(Head(**entry) for entry in catalog["heads"])
-    problems = [problem for index, entry in enumerate(images["images"])
-                for problem in image_problems(entry, f"specfleet/data/images.yml images[{index}]")]
-    if problems:  # a packaging mistake, never a user's: fail loudly on first use
-        raise ValueError("\n".join(problems))
-    image_entries = tuple(parse_image(entry) for entry in images["images"])
-    return Catalog(models=models, heads=heads, images=image_entries)
+    catalog = read_data("catalog.yml", ("models", "heads"))
+    images = read_data("images.yml", ("images",))
+    where = "specfleet/data/catalog.yml"
+    model_entries, head_entries = _listed(catalog, "models", where), _listed(catalog, "heads", where)
+    image_entries = _listed(images, "images", "specfleet/data/images.yml")
+    problems = [problem for index, entry in enumerate(model_entries)
+                for problem in entry_problems(Model, entry, f"{where} models[{index}]")]
+    problems += [problem for index, entry in enumerate(head_entries)
+                 for problem in entry_problems(Head, entry, f"{where} heads[{index}]")]
+    problems += [problem for index, entry in enumerate(image_entries)
+                 for problem in image_problems(entry, f"specfleet/data/images.yml images[{index}]")]
+    if problems:  # an edit gone wrong: refused on first use, naming every bad field
+        raise DataFileError("\n".join(problems))
+    models = tuple(Model(**{**entry, "draft_models": tuple(entry["draft_models"])}) for entry in model_entries)
+    heads = tuple(Head(**entry) for entry in head_entries)
+    return Catalog(models=models, heads=heads, images=tuple(parse_image(entry) for entry in image_entries))

@@ -25,9 +25,9 @@ from specfleet import cache as cache_module
 from specfleet import inventory as inventory_module
 from specfleet import kserve as kserve_module
 from specfleet import policy as policy_module
-from specfleet import render
+from specfleet import render, variables
 from specfleet import report as report_module
-from specfleet.catalog import load_catalog
+from specfleet.catalog import DataFileError, load_catalog
 from specfleet.plan import plan_fleet
 
 # Entry-point group through which another installed package adds `specfleet` commands: a
@@ -70,21 +70,18 @@ def _load_policy_file(path: str | None) -> dict:
         return {}
     if not isinstance(data, dict):
         raise InputError(f"--policy {path}: must be a map of specfleet_* variables")
-    unknown = sorted(set(data) - set(policy_module.variable_names()))
+    names = policy_module.variable_names()
+    unknown = [f"{name}{variables.closest(str(name), names)}" for name in sorted(set(map(str, data)) - set(names))]
     if unknown:
-        raise InputError(f"--policy {path}: unknown variables: {', '.join(unknown)}")
+        raise InputError(f"--policy {path}: not policy variables: {', '.join(unknown)}")
     return data
 
 
 def _load_facts_file(path: str) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"--facts {path}: cannot read JSON ({exc})") from exc
-    data = data.get("specfleet_unit", data) if isinstance(data, dict) else data
-    if not isinstance(data, dict) or "device_class" not in data or "memory_mb" not in data:
-        raise InputError(f"--facts {path}: not a facts file (run `specfleet facts --root DIR`)")
-    return data
+        return inventory_module.read_facts_file(Path(path))
+    except inventory_module.FactsFileError as exc:
+        raise InputError(f"--facts {exc}") from exc
 
 
 def _group_problems(problems_by_host: dict[str, list[str]]) -> list[str]:
@@ -111,20 +108,30 @@ def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict, dict[str, list
     declared_problems: dict[str, list[str]] = {}
     if args.inventory:
         try:
-            variables = inventory_module.host_variables(args.inventory)
+            host_variables = inventory_module.host_variables(args.inventory)
         except Exception as exc:  # Ansible raises many types for a bad inventory
             raise InputError(f"-i {args.inventory}: {exc}") from exc
-        if not variables:
+        if not host_variables:
             raise InputError(f"-i {args.inventory}: no hosts")
         missing = []
-        for host, host_vars in variables.items():
-            facts, _ = inventory_module.facts_for(host, host_vars, args.facts_dir)
+        known = variables.known_names(policy_module.variable_names())
+        for host, host_vars in host_variables.items():
+            # Names first: a misspelt variable or a host name that cannot name a file is an
+            # error before anything is planned (as the playbooks' preflight says it).
+            named = [problem for problem in [variables.host_name_problem(host)] if problem]
+            named += variables.unknown_problems(host_vars, known)
+            if named:
+                declared_problems[host] = named
+            try:
+                facts, _ = inventory_module.facts_for(host, host_vars, args.facts_dir)
+            except inventory_module.FactsFileError as exc:
+                raise InputError(f"--facts-dir {exc}") from exc
             # A malformed declaration is reported with the policy problems (one exit 2 for all),
             # even when gathered facts would be planned from instead.
             if inventory_module.EXPECTED_FACTS_VAR in host_vars:
                 found = policy_module.expected_facts_problems(host_vars[inventory_module.EXPECTED_FACTS_VAR])
                 if found:
-                    declared_problems[host] = found
+                    declared_problems[host] = declared_problems.get(host, []) + found
             if facts is None and host not in declared_problems:
                 missing.append(host)
                 continue
@@ -139,6 +146,9 @@ def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict, dict[str, list
     for path in args.facts or []:
         facts = _load_facts_file(path)
         host = facts.get("host") or Path(path).stem
+        problem = variables.host_name_problem(host)
+        if problem:
+            raise InputError(f"--facts {path}: {problem}")
         units[host] = facts
         overrides[host] = cli_overrides
     if not units:
@@ -323,7 +333,7 @@ def cmd_kserve_render(args: argparse.Namespace) -> int:
     for host, manifest, rollback, notes in rendered:
         files = {}
         for kind, data in (("inferenceservice", manifest), ("rollback", rollback)):
-            path = out / f"{host}-{kind}.{suffix}"
+            path = variables.unit_file(out, host, f"-{kind}.{suffix}")  # checked names: never outside `out`
             text = kserve_module.to_yaml(data) if suffix == "yaml" else json.dumps(data, indent=2) + "\n"
             path.write_text(text)
             files[kind] = str(path)
@@ -443,7 +453,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except DataFileError as exc:  # a shipped data file edited badly: say where, not a traceback
+        print(f"specfleet {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -86,14 +86,31 @@ def policy_overrides(variables: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in variables.items() if name in names}
 
 
+class FactsFileError(ValueError):
+    """A facts file that cannot be planned from; the message starts with its path."""
+
+
+def read_facts_file(path: Path) -> dict[str, Any]:
+    """A unit's facts from a file `specfleet facts` or the plan play wrote (Ansible's jsonfile
+    fact cache stores all facts; ours sit under one key), checked as a declaration is."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FactsFileError(f"{path}: cannot read JSON ({exc})") from exc
+    data = data.get("specfleet_unit", data) if isinstance(data, dict) else data
+    problems = policy_module.expected_facts_problems(data, name="facts")
+    if problems:
+        raise FactsFileError(f"{path}: not a unit's facts ({'; '.join(problems)}); "
+                             "write them with `specfleet facts --root DIR` or playbooks/plan.yml")
+    return data
+
+
 def facts_for(host: str, variables: Mapping[str, Any], facts_dir: str | None) -> tuple[dict | None, str]:
     """(facts, where they came from) for one host; facts None when there are none."""
     if facts_dir:
         path = Path(facts_dir) / f"{host}.json"
         if path.exists():
-            data = json.loads(path.read_text())
-            # Ansible's jsonfile fact cache stores all facts; ours sit under one key.
-            return data.get("specfleet_unit", data), str(path)
+            return read_facts_file(path), str(path)
     expected = variables.get(EXPECTED_FACTS_VAR)
     if isinstance(expected, Mapping):
         return dict(expected), f"{EXPECTED_FACTS_VAR} (inventory)"

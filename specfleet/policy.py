@@ -19,6 +19,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts
 
 from specfleet import serving
 from specfleet.catalog import SPEC_METHODS, Catalog, image_problems
+from specfleet.variables import shown
 
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
 # (vLLM takes the last occurrence, so a repeat would silently override the plan).
@@ -26,6 +27,9 @@ PLAN_OWNED_FLAGS = (
     "--host", "--port", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs", "--seed",
     "--speculative-config", "--model",
 )
+# `vllm serve` flags that carry a secret: on the command line it would show in `docker
+# inspect`, the release record and `specfleet plan`; each has a variable that keeps it out.
+SECRET_FLAGS = {"--api-key": "specfleet_api_key", "--hf-token": "specfleet_hf_token"}
 MIN_SPEC_TOKENS, MAX_SPEC_TOKENS = 1, 16
 
 # Variables whose value is a map keyed by device class; an override merges into the
@@ -81,7 +85,7 @@ def _is_number(value: Any) -> bool:
 
 def _check_fraction(problems: list[str], name: str, value: Any, *, low_open: bool) -> None:
     if not _is_number(value):
-        problems.append(f"{name}: must be a number, got {value!r}")
+        problems.append(f"{name}: must be a number, got {shown(value)}")
     elif not ((0 < value if low_open else 0 <= value) and value <= 1):
         bounds = "0 < x <= 1" if low_open else "0 <= x <= 1"
         problems.append(f"{name}: must be within {bounds}, got {value}")
@@ -89,12 +93,12 @@ def _check_fraction(problems: list[str], name: str, value: Any, *, low_open: boo
 
 def _check_class_map(problems: list[str], name: str, value: Any) -> dict:
     if not isinstance(value, Mapping):
-        problems.append(f"{name}: must be a map of device class -> value, got {value!r}")
+        problems.append(f"{name}: must be a map of device class -> value, got {shown(value)}")
         return {}
     for device_class in value:
         if device_class not in DEVICE_CLASSES:
             problems.append(
-                f"{name}: unknown device class {device_class!r} "
+                f"{name}: unknown device class {shown(device_class)} "
                 f"(known: {', '.join(DEVICE_CLASSES)})"
             )
     return dict(value)
@@ -103,7 +107,7 @@ def _check_class_map(problems: list[str], name: str, value: Any) -> dict:
 def _check_images(problems: list[str], entries: Any) -> bool:
     """The fleet's own image entries (specfleet_images); True when they can be used."""
     if not isinstance(entries, list):
-        problems.append(f"specfleet_images: must be a list of image entries (as in images.yml), got {entries!r}")
+        problems.append(f"specfleet_images: must be a list of image entries (as in images.yml), got {shown(entries)}")
         return False
     found = [problem for index, entry in enumerate(entries)
              for problem in image_problems(entry, f"specfleet_images[{index}]")]
@@ -122,23 +126,29 @@ def _check_image_pin(problems: list[str], pinned: Any, catalog: Catalog) -> None
     if not isinstance(pinned, str) or pinned not in names:
         problems.append(
             f"specfleet_image: must be an image name from images.yml or specfleet_images ({', '.join(names)}), "
-            f"got {pinned!r}")
+            f"got {shown(pinned)}")
 
 
 def _check_extra_args(problems: list[str], extra: Any) -> None:
     if not isinstance(extra, list) or not all(isinstance(arg, str) and arg for arg in extra):
-        problems.append(f"specfleet_serve_extra_args: must be a list of non-empty strings, got {extra!r}")
+        problems.append(f"specfleet_serve_extra_args: must be a list of non-empty strings, got {shown(extra)}")
         return
     try:
         pairs = serving.normalise_flags(extra)
     except serving.ServingError as exc:
         problems.append(f"specfleet_serve_extra_args: {exc}")
         return
-    owned = sorted({flag for flag, _ in pairs} & set(PLAN_OWNED_FLAGS))
+    flags = {flag for flag, _ in pairs}
+    owned = sorted(flags & set(PLAN_OWNED_FLAGS))
     if owned:
         problems.append(
             f"specfleet_serve_extra_args: {', '.join(owned)} is set by the plan; use its specfleet_* variable instead"
         )
+    for flag in sorted(flags & set(SECRET_FLAGS)):
+        problems.append(
+            f"specfleet_serve_extra_args: {flag} carries a secret, which would show on the container's command "
+            f"line, in the release record and in `specfleet plan`; set {SECRET_FLAGS[flag]} (Ansible Vault or the "
+            "environment) instead")
 
 
 def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
@@ -147,16 +157,16 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
 
     model = policy["specfleet_model"]
     if not isinstance(model, str) or not model.strip():
-        problems.append(f"specfleet_model: must be a model name or repo id, got {model!r}")
+        problems.append(f"specfleet_model: must be a model name or repo id, got {shown(model)}")
     elif catalog.model(model) is None:
         problems.append(
-            f"specfleet_model: unknown model {model!r} "
+            f"specfleet_model: unknown model {shown(model)} "
             f"(catalog: {', '.join(catalog.names())}, or their repo ids)"
         )
 
     event = policy["specfleet_event_models"]
     if not isinstance(event, list) or not all(isinstance(name, str) for name in event):
-        problems.append(f"specfleet_event_models: must be a list of model names or repo ids, got {event!r}")
+        problems.append(f"specfleet_event_models: must be a list of model names or repo ids, got {shown(event)}")
     else:
         unknown = [name for name in event if catalog.model(name) is None]
         if unknown:
@@ -167,16 +177,16 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
 
     methods = policy["specfleet_spec_methods"]
     if not isinstance(methods, list) or not methods:
-        problems.append(f"specfleet_spec_methods: must be a non-empty list, got {methods!r}")
+        problems.append(f"specfleet_spec_methods: must be a non-empty list, got {shown(methods)}")
     else:
         for method in methods:
             if method not in SPEC_METHODS:
                 problems.append(
-                    f"specfleet_spec_methods: unknown method {method!r} "
+                    f"specfleet_spec_methods: unknown method {shown(method)} "
                     f"(known: {', '.join(SPEC_METHODS)})"
                 )
         if len(set(map(str, methods))) != len(methods):
-            problems.append(f"specfleet_spec_methods: lists a method twice: {methods!r}")
+            problems.append(f"specfleet_spec_methods: lists a method twice: {shown(methods)}")
 
     denied = _check_class_map(
         problems, "specfleet_spec_methods_denied", policy["specfleet_spec_methods_denied"]
@@ -190,7 +200,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         for method in entries:
             if method not in SPEC_METHODS:
                 problems.append(
-                    f"specfleet_spec_methods_denied.{device_class}: unknown method {method!r}"
+                    f"specfleet_spec_methods_denied.{device_class}: unknown method {shown(method)}"
                 )
 
     sweeps = _check_class_map(problems, "specfleet_spec_tokens_sweep", policy["specfleet_spec_tokens_sweep"])
@@ -198,16 +208,16 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         name = f"specfleet_spec_tokens_sweep.{device_class}"
         if not isinstance(counts, list) or not all(isinstance(count, int) and not isinstance(count, bool)
                                                    for count in counts):
-            problems.append(f"{name}: must be a list of integers, got {counts!r}")
+            problems.append(f"{name}: must be a list of integers, got {shown(counts)}")
         elif any(not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS for count in counts):
-            problems.append(f"{name}: each must be {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {counts!r}")
+            problems.append(f"{name}: each must be {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {shown(counts)}")
         elif len(set(counts)) != len(counts):
-            problems.append(f"{name}: lists a draft length twice: {counts!r}")
+            problems.append(f"{name}: lists a draft length twice: {shown(counts)}")
 
     tokens = _check_class_map(problems, "specfleet_spec_tokens", policy["specfleet_spec_tokens"])
     for device_class, count in tokens.items():
         if not isinstance(count, int) or isinstance(count, bool):
-            problems.append(f"specfleet_spec_tokens.{device_class}: must be an integer, got {count!r}")
+            problems.append(f"specfleet_spec_tokens.{device_class}: must be an integer, got {shown(count)}")
         elif not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
             problems.append(
                 f"specfleet_spec_tokens.{device_class}: must be {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, "
@@ -224,13 +234,13 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         for method, count in entries.items():
             name = f"specfleet_spec_tokens_by_method.{device_class}.{method}"
             if method not in SPEC_METHODS:
-                problems.append(f"{name}: unknown method {method!r} (known: {', '.join(SPEC_METHODS)})")
+                problems.append(f"{name}: unknown method {shown(method)} (known: {', '.join(SPEC_METHODS)})")
             elif type(count) is not int or not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
-                problems.append(f"{name}: must be an integer {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {count!r}")
+                problems.append(f"{name}: must be an integer {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {shown(count)}")
 
     batch = policy["specfleet_trtllm_max_batch_size"]
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        problems.append(f"specfleet_trtllm_max_batch_size: must be a positive integer, got {batch!r}")
+        problems.append(f"specfleet_trtllm_max_batch_size: must be a positive integer, got {shown(batch)}")
 
     lookup_min = policy["specfleet_ngram_prompt_lookup_min"]
     lookup_max = policy["specfleet_ngram_prompt_lookup_max"]
@@ -239,7 +249,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         ("specfleet_ngram_prompt_lookup_max", lookup_max),
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            problems.append(f"{name}: must be a positive integer, got {value!r}")
+            problems.append(f"{name}: must be a positive integer, got {shown(value)}")
     if isinstance(lookup_min, int) and isinstance(lookup_max, int) and lookup_min > lookup_max:
         problems.append(
             "specfleet_ngram_prompt_lookup_min: must not exceed specfleet_ngram_prompt_lookup_max "
@@ -258,7 +268,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     retry_drop = policy["specfleet_oom_retry_memory_drop"]
     if not _is_number(retry_drop) or not 0 <= retry_drop < 1:
         problems.append(
-            f"specfleet_oom_retry_memory_drop: must be a share 0 <= x < 1 (0 = no retry), got {retry_drop!r}")
+            f"specfleet_oom_retry_memory_drop: must be a share 0 <= x < 1 (0 = no retry), got {shown(retry_drop)}")
     if _is_number(drop):
         for device_class, value in utilisation.items():
             if _is_number(value) and value - drop <= 0:
@@ -270,37 +280,37 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     for name in ("specfleet_min_kv_cache_gib", "specfleet_memory_headroom_gib"):
         value = policy[name]
         if not _is_number(value) or value < 0:
-            problems.append(f"{name}: must be a number >= 0, got {value!r}")
+            problems.append(f"{name}: must be a number >= 0, got {shown(value)}")
 
     for device_class, value in _check_class_map(
         problems, "specfleet_max_model_len", policy["specfleet_max_model_len"]
     ).items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 128:
-            problems.append(f"specfleet_max_model_len.{device_class}: must be an integer >= 128, got {value!r}")
+            problems.append(f"specfleet_max_model_len.{device_class}: must be an integer >= 128, got {shown(value)}")
 
     seqs = policy["specfleet_max_num_seqs"]
     if not isinstance(seqs, int) or isinstance(seqs, bool) or seqs < 8:
         problems.append(
-            f"specfleet_max_num_seqs: must be an integer >= 8 (the benchmark runs concurrency 8), got {seqs!r}"
+            f"specfleet_max_num_seqs: must be an integer >= 8 (the benchmark runs concurrency 8), got {shown(seqs)}"
         )
 
     for name in ("specfleet_capability_check", "specfleet_spec_batch_table"):
         if not isinstance(policy[name], bool):
-            problems.append(f"{name}: must be true or false, got {policy[name]!r}")
+            problems.append(f"{name}: must be true or false, got {shown(policy[name])}")
 
     port = policy["specfleet_port"]
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        problems.append(f"specfleet_port: must be a TCP port 1..65535, got {port!r}")
+        problems.append(f"specfleet_port: must be a TCP port 1..65535, got {shown(port)}")
     seed = policy["specfleet_seed"]
     if not isinstance(seed, int) or isinstance(seed, bool):
-        problems.append(f"specfleet_seed: must be an integer, got {seed!r}")
+        problems.append(f"specfleet_seed: must be an integer, got {shown(seed)}")
 
     mirror = policy["specfleet_image_mirror"]
     if mirror is not None and (
         not isinstance(mirror, str) or not mirror or "/" in mirror or "://" in mirror
     ):
         problems.append(
-            f"specfleet_image_mirror: must be a registry host[:port] without scheme or path, got {mirror!r}"
+            f"specfleet_image_mirror: must be a registry host[:port] without scheme or path, got {shown(mirror)}"
         )
 
     if _check_images(problems, policy["specfleet_images"]):
@@ -309,13 +319,14 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
 
     gain = policy["specfleet_gate_min_throughput_gain"]
     if not _is_number(gain) or not 0 <= gain <= 10:
-        problems.append(f"specfleet_gate_min_throughput_gain: must be a share 0..10 (0.30 = +30%), got {gain!r}")
+        problems.append(f"specfleet_gate_min_throughput_gain: must be a share 0..10 (0.30 = +30%), got {shown(gain)}")
     tpot_drop = policy["specfleet_gate_min_tpot_drop"]
     if not _is_number(tpot_drop) or not 0 <= tpot_drop < 1:
-        problems.append(f"specfleet_gate_min_tpot_drop: must be a share 0 <= x < 1 (0.20 = -20%), got {tpot_drop!r}")
+        problems.append(
+            f"specfleet_gate_min_tpot_drop: must be a share 0 <= x < 1 (0.20 = -20%), got {shown(tpot_drop)}")
     floor = policy["specfleet_gate_disable_below"]
     if not _is_number(floor) or not 0 <= floor <= 10:
-        problems.append(f"specfleet_gate_disable_below: must be a share 0..10, got {floor!r}")
+        problems.append(f"specfleet_gate_disable_below: must be a share 0..10, got {shown(floor)}")
     elif _is_number(gain) and floor > gain:
         problems.append(
             f"specfleet_gate_disable_below: {floor} is above specfleet_gate_min_throughput_gain {gain}; "
@@ -323,32 +334,33 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         )
     margin = policy["specfleet_gate_margin"]
     if not _is_number(margin) or not 0 <= margin < 1:
-        problems.append(f"specfleet_gate_margin: must be a share 0 <= x < 1 (0.03 = 3%), got {margin!r}")
+        problems.append(f"specfleet_gate_margin: must be a share 0 <= x < 1 (0.03 = 3%), got {shown(margin)}")
     confidence = policy["specfleet_gate_confidence"]
     if not _is_number(confidence) or not 0.5 < confidence < 1:
-        problems.append(f"specfleet_gate_confidence: must be a probability 0.5 < x < 1 (0.90), got {confidence!r}")
+        problems.append(f"specfleet_gate_confidence: must be a probability 0.5 < x < 1 (0.90), got {shown(confidence)}")
     blocks = policy["specfleet_gate_max_blocks"]
     if type(blocks) is not int or blocks < 3 or blocks % 2 == 0:
         problems.append(
             f"specfleet_gate_max_blocks: must be an odd integer >= 3 (baseline, speculative, baseline, ...), "
-            f"got {blocks!r}")
+            f"got {shown(blocks)}")
     max_drift = policy["specfleet_gate_max_drift"]
     if not _is_number(max_drift) or not 0 <= max_drift < 1:
-        problems.append(f"specfleet_gate_max_drift: must be a share 0 <= x < 1, got {max_drift!r}")
+        problems.append(f"specfleet_gate_max_drift: must be a share 0 <= x < 1, got {shown(max_drift)}")
     block_noise = policy["specfleet_gate_block_noise"]
     if not _is_number(block_noise) or not 0 <= block_noise < 1:
-        problems.append(f"specfleet_gate_block_noise: must be a share 0 <= x < 1, got {block_noise!r}")
+        problems.append(f"specfleet_gate_block_noise: must be a share 0 <= x < 1, got {shown(block_noise)}")
     tie = policy["specfleet_gate_tie_logprob_gap"]
     if not _is_number(tie) or tie < 0:
-        problems.append(f"specfleet_gate_tie_logprob_gap: must be a number of nats >= 0, got {tie!r}")
+        problems.append(f"specfleet_gate_tie_logprob_gap: must be a number of nats >= 0, got {shown(tie)}")
     gate_workloads = policy["specfleet_gate_workloads"]
     if not isinstance(gate_workloads, list) or not gate_workloads:
-        problems.append(f"specfleet_gate_workloads: must be a non-empty list of workloads, got {gate_workloads!r}")
+        problems.append(f"specfleet_gate_workloads: must be a non-empty list of workloads, got {shown(gate_workloads)}")
     else:
         for workload in gate_workloads:
             if workload not in BENCH_WORKLOADS:
                 problems.append(
-                    f"specfleet_gate_workloads: unknown workload {workload!r} (known: {', '.join(BENCH_WORKLOADS)})"
+                    f"specfleet_gate_workloads: unknown workload {shown(workload)} "
+                    f"(known: {', '.join(BENCH_WORKLOADS)})"
                 )
     return problems
 
@@ -370,32 +382,32 @@ _L4T_PATTERN = re.compile(r"^\d+\.\d+\.\d+$")
 _CUDA_PATTERN = re.compile(r"^\d+\.\d+$")
 
 
-def expected_facts_problems(expected: Any) -> list[str]:
-    """What is wrong with a declared ``specfleet_expected_facts``: the plan needs its class,
-    L4T and memory, and the facts play compares class and L4T with the unit's own."""
-    name = EXPECTED_FACTS_VAR
+def expected_facts_problems(expected: Any, name: str = EXPECTED_FACTS_VAR) -> list[str]:
+    """What is wrong with a declared ``specfleet_expected_facts`` (or a facts file, ``name``
+    then naming it): the plan needs its class, L4T and memory, and the facts play compares
+    class and L4T with the unit's own."""
     if not isinstance(expected, Mapping):
-        return [f"{name}: must be a map of facts (device_class, l4t, memory_mb, ...), got {expected!r}"]
+        return [f"{name}: must be a map of facts (device_class, l4t, memory_mb, ...), got {shown(expected)}"]
     device_class = expected.get("device_class")
     # A DGX Spark runs DGX OS: it has no L4T release, so none is required (null if given).
     needed = ("device_class", "memory_mb") if device_class in NON_L4T_CLASSES else ("device_class", "l4t", "memory_mb")
     problems = [f"{name}.{key}: missing; the plan needs it" for key in needed if key not in expected]
     if "device_class" in expected and device_class not in DEVICE_CLASSES:
         problems.append(
-            f"{name}.device_class: unknown device class {device_class!r} (known: {', '.join(DEVICE_CLASSES)})"
+            f"{name}.device_class: unknown device class {shown(device_class)} (known: {', '.join(DEVICE_CLASSES)})"
         )
     l4t = expected.get("l4t")
     if device_class in NON_L4T_CLASSES:
         if l4t is not None:
-            problems.append(f"{name}.l4t: {device_class} runs no L4T; leave it out or null, got {l4t!r}")
+            problems.append(f"{name}.l4t: {device_class} runs no L4T; leave it out or null, got {shown(l4t)}")
     elif "l4t" in expected and not (isinstance(l4t, str) and _L4T_PATTERN.match(l4t)):
-        problems.append(f"{name}.l4t: must be an L4T release like '36.4.3' (quoted in YAML), got {l4t!r}")
+        problems.append(f"{name}.l4t: must be an L4T release like '36.4.3' (quoted in YAML), got {shown(l4t)}")
     memory = expected.get("memory_mb")
     if "memory_mb" in expected and (not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0):
-        problems.append(f"{name}.memory_mb: must be a positive integer (MiB), got {memory!r}")
+        problems.append(f"{name}.memory_mb: must be a positive integer (MiB), got {shown(memory)}")
     cuda = expected.get("cuda")
     if cuda is not None and not (isinstance(cuda, str) and _CUDA_PATTERN.match(cuda)):
-        problems.append(f"{name}.cuda: must be a CUDA version like '12.6' (quoted in YAML), got {cuda!r}")
+        problems.append(f"{name}.cuda: must be a CUDA version like '12.6' (quoted in YAML), got {shown(cuda)}")
     return problems
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specfleet import batch_table, sweep
+from specfleet import batch_table, sweep, variables
 
 DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
@@ -42,7 +42,16 @@ def runs_root() -> Path:
 
 def run_folder(run_id: str) -> Path:
     """One run's folder: ``units/<host>.json`` written by the rollout, the report beside them."""
+    if not variables.is_file_name(run_id):
+        raise ValueError(f"specfleet_run_id: {variables.shown(run_id)} cannot name a folder (letters, digits, "
+                         "'.', '_' or '-')")
     return runs_root() / run_id
+
+
+def unit_file(run_dir: Path, host: str) -> Path:
+    """A unit's record in its run's folder (read back by load_run); a host name that would
+    leave the folder is refused."""
+    return variables.unit_file(run_dir / "units", host, ".json")
 
 
 def load_run(run_dir: Path) -> list[dict[str, Any]]:

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from specfleet.variables import SHOWN_CHARS, env_problems, kind_of, shown
+
 ROLE_PREFIX = "specfleet_"
 
 # Role inputs read on the controller that must exist before a run: a missing store only
@@ -61,16 +63,20 @@ def checked(name: str, option: Mapping[str, Any], value: Any) -> tuple[Any, list
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
     result = ArgumentSpecValidator({name: _entry_check(option)}).validate({name: value})
-    return result.validated_parameters.get(name, value), [f"{name}: {message}" for message in result.error_messages]
+    # Ansible's messages quote the value: cut them as the other problem lines are.
+    limit = 4 * SHOWN_CHARS
+    messages = [message if len(message) <= limit else f"{message[:limit]}... ({len(message)} characters)"
+                for message in result.error_messages]
+    return result.validated_parameters.get(name, value), [f"{name}: {message}" for message in messages]
 
 
 def image_ref_problem(name: str, ref: Any) -> str | None:
     if not isinstance(ref, str) or not ref:
         return None  # type errors are reported by the spec; empty means "none"
     if "://" in ref:
-        return f"{name}: an image reference has no scheme (registry/name:tag), got {ref!r}"
+        return f"{name}: an image reference has no scheme (registry/name:tag), got {shown(ref)}"
     if not _TAG_OR_DIGEST.search(ref.rsplit("/", 1)[-1]):
-        return f"{name}: {ref!r} has no tag or digest; Docker would take the mutable :latest (add :TAG)"
+        return f"{name}: {shown(ref)} has no tag or digest; Docker would take the mutable :latest (add :TAG)"
     return None
 
 
@@ -101,15 +107,38 @@ def semantic_problems(variables: Mapping[str, Any], specs: Mapping[str, Mapping[
     return problems
 
 
+def secret_problems(name: str, option: Mapping[str, Any], value: Any) -> list[str] | None:
+    """A ``no_log`` option's problems without its value, or None for other options.
+
+    Ansible's check would turn a list given as a token into the string "['hf_...']" and pass it
+    on (and its messages quote values); a secret must arrive as text from Vault or the
+    environment, and no message may repeat it."""
+    if not option.get("no_log"):
+        return None
+    kind = option.get("type", "str")
+    if kind == "str" and not isinstance(value, str):
+        return [f"{name}: must be a string (from Ansible Vault or the environment), got {kind_of(value)}"]
+    if kind == "dict":
+        if not isinstance(value, Mapping):
+            return [f"{name}: must be a map of name -> secret string, got {kind_of(value)}"]
+        return env_problems(name, value, secret=True)
+    return []
+
+
 def problems(variables: Mapping[str, Any], specs: Mapping[str, Mapping[str, dict]]) -> list[str]:
     """Every problem with the role variables in ``variables`` (a host's, already templated)."""
     found: list[str] = []
     converted: dict[str, Any] = {}
     for options in specs.values():
         for name, option in options.items():
-            if name in variables:
-                converted[name], errors = checked(name, option, variables[name])
-                found += errors
+            if name not in variables:
+                continue
+            secret = secret_problems(name, option, variables[name])
+            if secret:
+                found += secret
+                continue
+            converted[name], errors = checked(name, option, variables[name])
+            found += errors
     return found + semantic_problems(converted, specs)
 
 

@@ -493,7 +493,7 @@ def finish(state: Mapping[str, Any], run_id: str) -> State:
 
 def unit_record_path(host: str, run_id: str) -> str:
     """Where the unit's file goes: its run's folder (specfleet.report.run_folder)."""
-    return str(report.run_folder(run_id) / "units" / f"{host}.json")
+    return str(report.unit_file(report.run_folder(run_id), host))
 
 
 def unit_record(state: Mapping[str, Any], plan: Mapping[str, Any], host: str, run_id: str) -> dict[str, Any]:

@@ -106,10 +106,13 @@ def for_unit(
     return spec
 
 
-def normalise_flags(words: Sequence[str]) -> list[Pair]:
+def normalise_flags(words: Sequence[str], engine: str = "vllm") -> list[Pair]:
     """``[flag, value]`` pairs of flags given as command-line words (``--flag value``,
-    ``--flag=value``, a switch), with vLLM's short aliases spelled out and JSON values read.
-    The one reader of flag lists the user writes (``specfleet_serve_extra_args``)."""
+    ``--flag=value``, a switch), spelled as vLLM reads them: its short aliases spelled out,
+    ``_`` in a long flag's name read as ``-`` (vLLM's parser accepts ``--max_num_seqs``), JSON
+    values read. The one reader of flag lists the user writes (``specfleet_serve_extra_args``),
+    so a guard on a flag cannot be passed by another spelling of it. trtllm-serve's flags
+    (``engine="trtllm"``) keep their underscores: that is how it names them."""
     words = list(words)
     pairs: list[Pair] = []
     index = 0
@@ -127,6 +130,8 @@ def normalise_flags(words: Sequence[str]) -> list[Pair]:
             flag, value = word, None
             index += 1
         flag = ALIASES.get(flag, flag)
+        if engine == "vllm" and flag.startswith("--"):
+            flag = "--" + flag[2:].replace("_", "-")
         if flag in JSON_FLAGS and value is not None:
             try:
                 value = json.loads(value)
@@ -263,7 +268,7 @@ def from_argv(kind: str, image: str, words: Sequence[str], files_: Mapping[str, 
         raise ServingError(f"not a vllm serve or trtllm-serve command line: {' '.join(map(str, words[:3]))}")
     command = ENGINES[engine]
     model = words[len(command)]
-    pairs = normalise_flags(words[len(command) + 1:])
+    pairs = normalise_flags(words[len(command) + 1:], engine)
     port = 8000
     flags: list[Pair] = []
     extra: list[Pair] = []

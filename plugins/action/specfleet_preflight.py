@@ -16,7 +16,7 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 
 try:
     from specfleet import policy as policy_module
-    from specfleet import role_args
+    from specfleet import role_args, variables
     from specfleet.catalog import load_catalog
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
@@ -48,6 +48,7 @@ class ActionModule(ActionBase):
             expected_problems = policy_module.expected_facts_problems(expected)
             problems += expected_problems or policy_module.class_conflicts(merged, expected.get("device_class"))
         problems += self._role_variable_problems(task_vars)
+        problems += self._name_problems(host, task_vars)
         if problems:
             result["failed"] = True
             result["problems"] = problems
@@ -58,6 +59,19 @@ class ActionModule(ActionBase):
         result["changed"] = False
         result["ansible_facts"] = {"specfleet_policy": merged}
         return result
+
+    def _name_problems(self, host: str, task_vars: dict) -> list[str]:
+        """The host's name, misspelt specfleet_* names, and the public variables' types."""
+        problems = [problem for problem in [variables.host_name_problem(host)] if problem]
+        known = variables.known_names(policy_module.variable_names(), COLLECTION_ROOT / "roles")
+        problems += variables.unknown_problems(task_vars, known)
+        public = {}
+        for name in sorted(set(variables.public()) & set(task_vars)):
+            try:
+                public[name] = self._templar.template(task_vars[name])
+            except AnsibleUndefinedVariable:
+                continue  # a template over facts: checked where it is used
+        return problems + variables.public_problems(public)
 
     def _role_variable_problems(self, task_vars: dict) -> list[str]:
         # The roles are this collection's own (playbooks name them by FQCN), beside its plugins.

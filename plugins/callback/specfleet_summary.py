@@ -36,7 +36,8 @@ from ansible.plugins.callback import CallbackBase
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
-    from specfleet.report import run_folder, unrecorded_failure, write_report
+    from specfleet.report import run_folder, unit_file, unrecorded_failure, write_report
+    from specfleet.variables import is_file_name
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
 else:
@@ -81,13 +82,15 @@ class CallbackModule(CallbackBase):
             self._run_id = str(run_id)
 
     def v2_playbook_on_stats(self, stats):
-        if not self._run_id:
-            return
+        if not is_file_name(self._run_id):
+            return  # no run named (or a name the preflight refused)
         run_dir = run_folder(self._run_id)
         if not (run_dir / "units").is_dir():
             return  # no unit reached the rollout's records (a plan or prepare run)
         for host, (task, message, unreachable, failure_class) in sorted(self._failures.items()):
-            record = run_dir / "units" / f"{host}.json"
+            if not is_file_name(host):
+                continue  # the preflight refused it; its name would lead outside the run folder
+            record = unit_file(run_dir, host)
             if not record.exists():
                 record.write_text(json.dumps(
                     unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class), indent=1))

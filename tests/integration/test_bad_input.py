@@ -10,8 +10,10 @@ preflight ran.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ from tests.conftest import REPO
 
 THOR, NANO = "thor-01", "nano-01"
 PREFLIGHT_TASK = "Validate specfleet policy variables"
+# What may run before the preflight refuses: it and the inventory check, both on the controller.
+CONTROLLER_TASKS = {"Check that the inventory names units", PREFLIGHT_TASK}
 
 # What the inventories in inventory/ declare for these classes; the CLI plans from it.
 EXPECTED = {
@@ -45,6 +49,7 @@ class Case:
     playbooks: tuple[str, ...] = ()
     cli: bool = True
     expected_facts: Any = None  # replaces the host's declaration (any value: bad ones are the point)
+    secret: str | None = None  # a secret value the case sets: it must appear nowhere in the output
 
     @property
     def hosts(self) -> list[str]:
@@ -54,6 +59,8 @@ class Case:
 def expect(host: str, **changes: Any) -> dict[str, Any]:
     return {**EXPECTED[host], **changes}
 
+
+SECRET = "hf_SECRETvalue0123456789"  # a token-shaped value no output may repeat
 
 # One case per row reads as the table it is.
 # fmt: off
@@ -170,6 +177,92 @@ CASES = [
          "specfleet_docker_gpu_smoke_image", "has no tag or digest", cli=False),
     Case("role-smoke-test-without-image", {"specfleet_docker_gpu_smoke_test": True},
          "specfleet_docker_gpu_smoke_test", "specfleet_docker_gpu_smoke_image is empty", cli=False),
+    # Misspelt names (issue 19): refused with the closest known name, never silently ignored
+    Case("name-misspelt-policy", {"specfleet_spec_token": {"thor": 2}},
+         "specfleet_spec_token", "not a specfleet variable; did you mean specfleet_spec_tokens?"),
+    Case("name-misspelt-gate", {"specfleet_gate_min_tpot_dorp": 0.1},
+         "specfleet_gate_min_tpot_dorp", "did you mean specfleet_gate_min_tpot_drop?", playbooks=("site.yml",)),
+    Case("name-misspelt-role", {"specfleet_hf_cache_stor": "/srv/hf"},
+         "specfleet_hf_cache_stor", "did you mean specfleet_hf_cache_store?"),
+    Case("name-misspelt-secret", {"specfleet_api_keys": "k"},
+         "specfleet_api_keys", "did you mean specfleet_api_key?", host=None),
+    Case("name-unknown", {"specfleet_frobnicate": True},
+         "specfleet_frobnicate", "not a specfleet variable; see specfleet/data/policy.yml"),
+    # Extra serve arguments: every spelling vLLM reads is one flag to the guard
+    Case("extra-args-not-a-list", {"specfleet_serve_extra_args": "--enforce-eager"},
+         "specfleet_serve_extra_args", "must be a list of non-empty strings"),
+    Case("extra-args-plan-owned", {"specfleet_serve_extra_args": ["--port", "9000"]},
+         "specfleet_serve_extra_args", "--port is set by the plan"),
+    Case("extra-args-underscore-spec", {"specfleet_serve_extra_args": ["--speculative_config", '{"method": "ngram"}']},
+         "specfleet_serve_extra_args", "--speculative-config is set by the plan", playbooks=("rollout.yml",)),
+    Case("extra-args-underscore-equals", {"specfleet_serve_extra_args": ["--gpu_memory_utilization=0.99"]},
+         "specfleet_serve_extra_args", "--gpu-memory-utilization is set by the plan"),
+    Case("extra-args-short-alias", {"specfleet_serve_extra_args": ["-sc", '{"method": "ngram"}']},
+         "specfleet_serve_extra_args", "--speculative-config is set by the plan"),
+    Case("extra-args-underscore-seqs", {"specfleet_serve_extra_args": ["--max_num_seqs", "4"]},
+         "specfleet_serve_extra_args", "--max-num-seqs is set by the plan", host=NANO),
+    Case("extra-args-bad-json", {"specfleet_serve_extra_args": ["--compilation-config", "{bad"]},
+         "specfleet_serve_extra_args", "--compilation-config takes JSON"),
+    Case("extra-args-api-key", {"specfleet_serve_extra_args": ["--api-key", "sk-123"]},
+         "specfleet_serve_extra_args", "--api-key carries a secret", playbooks=("site.yml",)),
+    Case("extra-args-hf-token", {"specfleet_serve_extra_args": ["--hf_token=hf_abc"]},
+         "specfleet_serve_extra_args", "--hf-token carries a secret"),
+    # Environment and secrets
+    Case("env-secret-name", {"specfleet_serve_extra_env": {"HF_TOKEN": "hf_x"}},
+         "specfleet_serve_extra_env.HF_TOKEN", "looks like a secret; set it in specfleet_serve_secret_env", cli=False),
+    Case("env-not-a-map", {"specfleet_serve_extra_env": ["A=1"]},
+         "specfleet_serve_extra_env", "must be a map of environment variable name", cli=False),
+    Case("env-bad-name", {"specfleet_serve_extra_env": {"1X": "y"}},
+         "specfleet_serve_extra_env", "'1X' is not an environment variable name", cli=False),
+    Case("secret-api-key-list", {"specfleet_api_key": [SECRET]},
+         "specfleet_api_key", "must be a string (from Ansible Vault or the environment), got a list",
+         cli=False, secret=SECRET, playbooks=("site.yml",)),
+    Case("secret-hf-token-map", {"specfleet_hf_token": {"token": SECRET}},
+         "specfleet_hf_token", "must be a string (from Ansible Vault or the environment), got a map",
+         cli=False, secret=SECRET),
+    Case("secret-role-api-key-list", {"specfleet_serve_api_key": [SECRET]},
+         "specfleet_serve_api_key", "must be a string (from Ansible Vault or the environment), got a list",
+         cli=False, secret=SECRET),
+    Case("secret-env-not-text", {"specfleet_serve_secret_env": {"MY_TOKEN": [SECRET]}},
+         "specfleet_serve_secret_env.MY_TOKEN", "must be a string", cli=False, secret=SECRET),
+    # Run-level variables
+    Case("run-id-a-path", {"specfleet_run_id": "../../etc"},
+         "specfleet_run_id", "must be a name of letters, digits", cli=False, host=None, playbooks=("site.yml",)),
+    Case("remeasure-not-bool", {"specfleet_rollout_remeasure": "maybe"},
+         "specfleet_rollout_remeasure", "must be true or false, got 'maybe'", cli=False),
+    Case("serial-zero", {"specfleet_rollout_serial": [0, "100%"]},
+         "specfleet_rollout_serial", "must be a count >= 1, a percentage", cli=False, host=None),
+    Case("max-fail-above-100", {"specfleet_rollout_max_fail_percentage": 200},
+         "specfleet_rollout_max_fail_percentage", "must be a percentage 0..100", cli=False, host=None),
+    Case("bench-requests-negative", {"specfleet_bench_requests": -1},
+         "specfleet_bench_requests", "must be an integer >= 0, got -1", cli=False),
+    Case("bench-max-tokens-one", {"specfleet_bench_max_tokens": 1},
+         "specfleet_bench_max_tokens", "must be an integer >= 2, got 1", cli=False),
+    Case("huge-value-cut-short", {"specfleet_model": "x" * 1_000_000},
+         "specfleet_model", "(1000002 characters)"),
+    # More of the policy
+    Case("images-not-a-list", {"specfleet_images": {"name": "x"}},
+         "specfleet_images", "must be a list of image entries"),
+    Case("image-ref-without-tag", {"specfleet_images": [{
+        "name": "mine", "ref": "registry.lan/vllm", "classes": ["thor"], "methods": ["eagle3"], "cuda": "13.0",
+        "l4t_min": "38.2.0", "source": "ours"}]},
+         "specfleet_images[0].ref", "must be registry/repository:tag"),
+    Case("image-pin-unknown", {"specfleet_image": "no-such-image"},
+         "specfleet_image", "must be an image name from images.yml or specfleet_images"),
+    Case("event-model-unknown", {"specfleet_event_models": ["nobody/none-1B"]},
+         "specfleet_event_models", "unknown model(s) 'nobody/none-1B'"),
+    Case("tokens-by-method-zero", {"specfleet_spec_tokens_by_method": {"thor": {"eagle3": 0}}},
+         "specfleet_spec_tokens_by_method.thor.eagle3", "must be an integer 1..16, got 0"),
+    Case("oom-retry-drop-one", {"specfleet_oom_retry_memory_drop": 1},
+         "specfleet_oom_retry_memory_drop", "must be a share 0 <= x < 1 (0 = no retry)"),
+    Case("gate-confidence-low", {"specfleet_gate_confidence": 0.3},
+         "specfleet_gate_confidence", "must be a probability 0.5 < x < 1"),
+    Case("gate-drift-above-one", {"specfleet_gate_max_drift": 2},
+         "specfleet_gate_max_drift", "must be a share 0 <= x < 1"),
+    Case("gate-tie-gap-negative", {"specfleet_gate_tie_logprob_gap": -1},
+         "specfleet_gate_tie_logprob_gap", "must be a number of nats >= 0"),
+    Case("trtllm-batch-zero", {"specfleet_trtllm_max_batch_size": 0},
+         "specfleet_trtllm_max_batch_size", "must be a positive integer, got 0"),
 ]
 # fmt: on
 
@@ -219,10 +312,14 @@ def test_playbook_refuses_before_touching_a_unit(case: Case, playbook: str, tmp_
     for host in case.hosts:
         # The preflight prints one "  - HOST: VARIABLE: ..." line per problem.
         assert re.search(rf"- {re.escape(host)}: " + problem_line(case.variable, case.message), out), out
-    # Nothing but the controller-side preflight ran: no unit was contacted, let alone changed.
-    assert set(re.findall(r"^TASK \[(.+?)\]", out, re.MULTILINE)) == {PREFLIGHT_TASK}, out
+    # Nothing but the controller-side checks ran: no unit was contacted, let alone changed.
+    assert set(re.findall(r"^TASK \[(.+?)\]", out, re.MULTILINE)) == CONTROLLER_TASKS, out
     assert "UNREACHABLE" not in out and "Gathering Facts" not in out, out
-    assert re.findall(r"unreachable=(\d+)", out) == ["0", "0"], out
+    assert set(re.findall(r"unreachable=(\d+)", out)) == {"0"}, out
+    assert "Traceback" not in out, out
+    assert len(out) < 60_000, f"{len(out)} characters of output: a value echoed whole?"
+    if case.secret:
+        assert case.secret not in out
 
 
 CLI_RUNS = [pytest.param(case, id=case.id) for case in CASES if case.cli]
@@ -237,6 +334,7 @@ def test_cli_plan_exits_2_naming_variable_and_host(case: Case, tmp_path: Path, c
     out, err = capsys.readouterr()
     assert code == cli.EXIT_BAD_INPUT, out + err
     assert out == "", "nothing may be planned"
+    assert len(err) < 20_000 and (case.secret is None or case.secret not in err)
     # One line per distinct problem, "VARIABLE: ... [host: h1, h2]".
     hosts = ", ".join(sorted(case.hosts))
     assert re.search(problem_line(case.variable, case.message) + rf".*\[host: {re.escape(hosts)}\]", err), err
@@ -253,10 +351,17 @@ def test_control_a_valid_inventory_does_reach_the_units(tmp_path: Path):
     assert "Read the unit's identity" in out and "UNREACHABLE" in out, out
 
 
-def test_every_category_of_issue_7_has_cases():
+def test_every_category_of_issues_7_and_19_has_cases():
     ids = {case.id for case in CASES}
-    assert len(ids) == len(CASES) >= 25
+    assert len(ids) == len(CASES) >= 80
     for prefix in (
+        "name-misspelt-",
+        "extra-args-underscore-",
+        "extra-args-api-key",
+        "env-secret-name",
+        "secret-",
+        "run-id-",
+        "huge-value",
         "class-",
         "tokens-",
         "gate-",
@@ -270,3 +375,115 @@ def test_every_category_of_issue_7_has_cases():
         "method-only-allowed-is-denied",
     ):
         assert any(case_id.startswith(prefix) for case_id in ids), prefix
+
+
+# ---- issue 19: inputs that are not a variable of a unit -------------------------------------
+
+def ansible_playbook(inventory: Path, playbook: str, runs: Path) -> tuple[int, str]:
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    result = run([str(binary), "-i", str(inventory), f"playbooks/{playbook}"], runs)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("playbook", ["plan.yml", "site.yml"])
+def test_an_empty_inventory_fails_instead_of_doing_nothing(playbook: str, tmp_path: Path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts: {}\n")
+    code, out = ansible_playbook(inventory, playbook, tmp_path / "runs")
+    assert code != 0, out
+    assert f"the inventory ({inventory}) names no hosts" in out, out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("host", ["../../escape", "units/thor-01"])
+def test_a_host_name_that_is_a_path_is_refused_before_any_unit(host: str, tmp_path: Path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1},
+        "hosts": {host: {"specfleet_expected_facts": EXPECTED[THOR]}}}}))
+    code, out = ansible_playbook(inventory, "site.yml", tmp_path / "runs")
+    assert code != 0, out
+    assert re.search(rf"- {re.escape(host)}: inventory_hostname: '{re.escape(host)}' is not a usable unit name", out)
+    assert set(re.findall(r"^TASK \[(.+?)\]", out, re.MULTILINE)) == CONTROLLER_TASKS, out
+    assert not (tmp_path / "escape").exists() and not list(tmp_path.glob("**/escape.json"))
+    assert cli.main(["plan", "-i", str(inventory)]) == cli.EXIT_BAD_INPUT
+
+
+def facts_file(directory: Path, name: str, content: str) -> Path:
+    path = directory / name
+    path.write_text(content)
+    return path
+
+
+FACTS = json.dumps({"specfleet_unit": {**EXPECTED[THOR], "host": "thor-01"}})
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (FACTS[: len(FACTS) // 2], "cannot read JSON"),
+    (json.dumps({"specfleet_unit": {"device_class": "thor", "memory_mb": 125771}}), "facts.l4t: missing"),
+    (json.dumps({"device_class": "thor", "l4t": "38.2.0", "memory_mb": "lots"}),
+     "facts.memory_mb: must be a positive integer"),
+    (json.dumps(["thor"]), "facts: must be a map of facts"),
+    (json.dumps({"specfleet_unit": {**EXPECTED[THOR], "host": "../x"}}), "'../x' is not a usable unit name"),
+], ids=["truncated", "l4t-missing", "memory-not-a-number", "not-a-map", "host-a-path"])
+def test_cli_refuses_a_bad_facts_file_naming_it(content: str, message: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture):
+    path = facts_file(tmp_path, "unit.json", content)
+    assert cli.main(["plan", "--facts", str(path)]) == cli.EXIT_BAD_INPUT
+    _, err = capsys.readouterr()
+    assert f"--facts {path}" in err and message in err and "Traceback" not in err, err
+
+
+def test_cli_refuses_a_truncated_facts_dir_file_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture):
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    facts_dir = tmp_path / "facts"
+    facts_dir.mkdir()
+    path = facts_file(facts_dir, "thor-01.json", FACTS[:40])
+    assert cli.main(["plan", "-i", str(inventory), "--facts-dir", str(facts_dir)]) == cli.EXIT_BAD_INPUT
+    _, err = capsys.readouterr()
+    assert f"--facts-dir {path}: cannot read JSON" in err, err
+
+
+def test_cli_policy_file_names_the_misspelt_variable_and_the_right_one(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture):
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    policy = tmp_path / "policy.yml"
+    policy.write_text("specfleet_gate_min_tpot_dorp: 0.1\n")
+    assert cli.main(["plan", "-i", str(inventory), "--policy", str(policy)]) == cli.EXIT_BAD_INPUT
+    _, err = capsys.readouterr()
+    assert f"--policy {policy}: not policy variables: specfleet_gate_min_tpot_dorp; did you mean " \
+           "specfleet_gate_min_tpot_drop?" in err, err
+
+
+@pytest.mark.parametrize(("data_file", "edit", "message"), [
+    ("catalog.yml", lambda d: d["models"][0].update(vocab_size="big"), "catalog.yml models[0].vocab_size: must be an"),
+    ("catalog.yml", lambda d: d["models"][1].pop("repo"), "catalog.yml models[1]: missing repo"),
+    ("catalog.yml", lambda d: d["heads"][0].update(weight_gib=1), "catalog.yml heads[0]: unknown field(s) weight_gib"),
+    ("images.yml", lambda d: d["images"][0].update(ref="nvcr.io/nvidia/vllm"), "images.yml images[0].ref: must be"),
+    ("capability.yml", lambda d: d["device_classes"]["thor"].update(compute_capability="11.0"),
+     "capability.yml device_classes.thor.compute_capability: must be an integer"),
+    ("capability.yml", lambda d: d["formats"].update(fp8="fast"), "capability.yml formats.fp8: must be a map"),
+], ids=["model-field-type", "model-field-missing", "head-field-unknown", "image-ref", "class-capability",
+        "format-not-a-map"])
+def test_a_data_file_edited_badly_is_an_error_naming_file_entry_and_field(
+        data_file, edit, message, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    from importlib import resources
+
+    from specfleet import capability, catalog
+
+    data = tmp_path / "data"
+    shutil.copytree(resources.files("specfleet.data"), data)
+    content = yaml.safe_load((data / data_file).read_text())
+    edit(content)
+    (data / data_file).write_text(yaml.safe_dump(content))
+    monkeypatch.setattr(catalog.resources, "files", lambda package: data)
+    catalog.load_catalog.cache_clear()
+    capability.load_table.cache_clear()
+    try:
+        inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+        assert cli.main(["plan", "-i", str(inventory)]) == cli.EXIT_BAD_INPUT
+    finally:
+        catalog.load_catalog.cache_clear()
+        capability.load_table.cache_clear()
+    _, err = capsys.readouterr()
+    assert f"specfleet/data/{message}" in err and "Traceback" not in err, err

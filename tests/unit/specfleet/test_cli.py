@@ -75,7 +75,8 @@ def test_plan_model_by_repo_id_and_catalog_name(facts_file):
         ("specfleet_spec_tokens: {thor: 50}\nspecfleet_spec_methods: [eagle3, medusa]\n",
          ["specfleet_spec_tokens.thor", "specfleet_spec_methods"]),
         ("specfleet_gpu_memory_utilization: {orin_nano: 1.5}\n", ["specfleet_gpu_memory_utilization.orin_nano"]),
-        ("specfleet_spec_token: 3\n", ["unknown variables: specfleet_spec_token"]),
+        ("specfleet_spec_token: 3\n",
+         ["not policy variables: specfleet_spec_token; did you mean specfleet_spec_tokens?"]),
     ],
 )
 def test_bad_policy_exits_2_naming_each_variable(tmp_path, facts_file, policy, variables):

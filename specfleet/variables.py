@@ -1,0 +1,199 @@
+"""The one schema of specfleet_* variable names: a misspelt one is an error, not a default.
+
+An inventory that says ``specfleet_spec_token: 2`` would otherwise plan with the default
+draft length and nobody would know. Every name a host sets under the ``specfleet_`` prefix
+must be a policy variable (data/policy.yml), a role variable (each role's
+meta/argument_specs.yml or defaults/main.yml), a public variable of data/variables.yml, or
+one the collection's plays set for themselves (also data/variables.yml); anything else is
+reported with the closest known name. The public variables' types are checked here too;
+secrets are checked without ever echoing their value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible_collections.specfleet.fleet.plugins.module_utils import unit_layout
+
+PREFIX = "specfleet_"
+# What a problem line may quote of a value: a 1 MB variable is not echoed back whole.
+SHOWN_CHARS = 80
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Environment names that carry credentials; they belong in specfleet_serve_secret_env,
+# which is kept out of the container's recorded spec and every log.
+_SECRET_ENV_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY$|API_?KEY|PRIVATE)", re.I)
+_PERCENT = re.compile(r"^\d{1,3}(\.\d+)?%$")
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to SHOWN_CHARS, saying how long the whole was."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in words, without showing it (Ansible wraps values in its own types)."""
+    if isinstance(value, bool):
+        return "true/false"
+    for kind, name in ((str, "text"), (Mapping, "a map"), (list | tuple, "a list"), (int | float, "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("specfleet.data").joinpath("variables.yml").read_text())
+
+
+def public() -> dict[str, dict[str, Any]]:
+    return dict(schema()["public"])
+
+
+def role_variable_names(roles_dir: Path) -> set[str]:
+    """Every variable a project role declares: its argument spec's options and its defaults."""
+    names: set[str] = set()
+    for role in sorted(roles_dir.glob(f"{PREFIX}*")):
+        spec = role / "meta" / "argument_specs.yml"
+        if spec.is_file():
+            entry_points = (yaml.safe_load(spec.read_text()) or {}).get("argument_specs") or {}
+            for entry in entry_points.values():
+                names.update((entry or {}).get("options") or {})
+        defaults = role / "defaults" / "main.yml"
+        if defaults.is_file():
+            names.update(yaml.safe_load(defaults.read_text()) or {})
+    return {name for name in names if name.startswith(PREFIX)}
+
+
+def collection_roles_dir() -> Path:
+    """The roles of the specfleet.fleet collection this package runs with."""
+    return Path(unit_layout.__file__).resolve().parents[2] / "roles"
+
+
+def known_names(policy_names: Iterable[str], roles_dir: Path | None = None) -> set[str]:
+    roles = role_variable_names(roles_dir or collection_roles_dir())
+    return set(policy_names) | roles | set(public()) | set(schema()["internal"])
+
+
+def closest(name: str, candidates: Iterable[str]) -> str:
+    """"; did you mean X?" for the candidate nearest to a misspelt ``name``, else ""."""
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def unknown_problems(names: Iterable[str], known: set[str]) -> list[str]:
+    """One problem per ``specfleet_*`` name that is not known, with the closest known name."""
+    lab = schema()["lab_prefix"]
+    problems = []
+    for name in sorted(set(names)):
+        if not name.startswith(PREFIX) or name == lab or name.startswith(f"{lab}_") or name in known:
+            continue
+        hint = closest(name, known - set(schema()["internal"])) or (
+            "; see specfleet/data/policy.yml and the roles' defaults")
+        problems.append(f"{name}: not a specfleet variable{hint}")
+    return problems
+
+
+def env_problems(name: str, value: Any, *, secret: bool) -> list[str]:
+    if not isinstance(value, Mapping):
+        return [f"{name}: must be a map of environment variable name -> value, "
+                f"got {kind_of(value) if secret else shown(value)}"]
+    problems = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            problems.append(f"{name}: {shown(key)} is not an environment variable name")
+        elif secret and not isinstance(item, str):
+            problems.append(f"{name}.{key}: must be a string (from Ansible Vault or the environment)")
+        elif not secret and _SECRET_ENV_NAME.search(key):
+            problems.append(
+                f"{name}.{key}: looks like a secret; set it in specfleet_serve_secret_env (from Ansible Vault), "
+                "which stays out of the release record and every log")
+        elif not secret and (not isinstance(item, str | int | float) or isinstance(item, bool)):
+            problems.append(f"{name}.{key}: must be a string or a number, got {shown(item)}")
+    return problems
+
+
+def _count_problem(name: str, value: Any, minimum: int) -> str | None:
+    if type(value) is not int or value < minimum:
+        return f"{name}: must be an integer >= {minimum}, got {shown(value)}"
+    return None
+
+
+def _serial_problem(name: str, value: Any) -> str | None:
+    steps = value if isinstance(value, list) and value else [value]
+    for step in steps:
+        if type(step) is int and step >= 1:
+            continue
+        if isinstance(step, str) and _PERCENT.match(step) and 0 < float(step[:-1]) <= 100:
+            continue
+        return f"{name}: must be a count >= 1, a percentage like '25%', or a list of them, got {shown(value)}"
+    return None
+
+
+def public_problems(values: Mapping[str, Any]) -> list[str]:
+    """Type problems of the public variables among ``values`` (a host's, templated)."""
+    problems: list[str] = []
+    for name, entry in public().items():
+        if name not in values:
+            continue
+        value, kind = values[name], entry["type"]
+        problem: str | None = None
+        if kind == "secret":
+            if not isinstance(value, str):
+                problem = f"{name}: must be a string (from Ansible Vault or the environment), got {kind_of(value)}"
+        elif kind == "env":
+            problems += env_problems(name, value, secret=False)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                problem = f"{name}: must be true or false, got {shown(value)}"
+        elif kind == "name":
+            if not is_file_name(value):
+                problem = (f"{name}: must be a name of letters, digits, '.', '_' or '-' (it becomes a folder name), "
+                           f"got {shown(value)}")
+        elif kind in ("path", "host"):
+            if not isinstance(value, str) or not value.strip():
+                problem = f"{name}: must be a non-empty string, got {shown(value)}"
+        elif kind == "count":
+            problem = _count_problem(name, value, int(entry.get("min", 0)))
+        elif kind == "percent":
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 100:
+                problem = f"{name}: must be a percentage 0..100, got {shown(value)}"
+        elif kind == "serial":
+            problem = _serial_problem(name, value)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def is_file_name(value: Any) -> bool:
+    """A name that is one file name in its folder: no slash, no ``..``, no leading dot or dash."""
+    return isinstance(value, str) and bool(_NAME.match(value))
+
+
+def host_name_problem(host: Any) -> str | None:
+    """Why an inventory host name cannot name a unit's files (report, records), or None.
+
+    Host names become file names on the controller (the run's units/<host>.json, rendered
+    manifests): a name with a slash or ``..`` would write outside its folder."""
+    if is_file_name(host):
+        return None
+    return (f"inventory_hostname: {shown(host)} is not a usable unit name (letters, digits, '.', '_' or '-', "
+            "up to 128, not starting with '.' or '-'); set ansible_host for the address")
+
+
+def unit_file(folder: Path, host: str, suffix: str) -> Path:
+    """``folder/<host><suffix>``, refusing a host name that would leave ``folder``."""
+    problem = host_name_problem(host)
+    if problem:
+        raise ValueError(problem)
+    return folder / f"{host}{suffix}"

@@ -1,0 +1,139 @@
+"""specfleet.variables: one schema of specfleet_* names, public variable types, host names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specfleet import policy, variables
+from tests.conftest import REPO
+
+ROLES = REPO / "roles"
+
+
+def names_the_collection_sets() -> set[str]:
+    """Every specfleet_* name the collection's plays and plugins set for themselves: register,
+    set_fact, play/block/task vars, role vars files, loop variables, and module facts."""
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "register" and isinstance(value, str):
+                    found.add(value)
+                elif key in ("set_fact", "ansible.builtin.set_fact", "vars") and isinstance(value, dict):
+                    found.update(value)
+                elif key == "loop_control" and isinstance(value, dict) and "loop_var" in value:
+                    found.add(value["loop_var"])
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    files = [path for path in [*(REPO / "playbooks").rglob("*.yml"), *ROLES.rglob("*.yml")]
+             if "molecule" not in path.parts]
+    for path in files:
+        data = yaml.safe_load(path.read_text())
+        if path.parent.name == "vars" and isinstance(data, dict):
+            found.update(data)
+        walk(data)
+    for path in (REPO / "plugins").rglob("*.py"):
+        found.update(re.findall(r'ansible_facts.{0,40}?"(specfleet_[a-z0-9_]+)"', path.read_text()))
+    public_or_declared = set(policy.variable_names()) | variables.role_variable_names(ROLES) | set(variables.public())
+    return {name for name in found if name.startswith("specfleet_")} - public_or_declared
+
+
+def test_internal_names_are_exactly_what_the_collection_sets():
+    declared = set(variables.schema()["internal"])
+    actual = names_the_collection_sets()
+    assert not actual - declared, f"add to data/variables.yml internal: {sorted(actual - declared)}"
+    assert not declared - actual, f"no longer set by the collection, remove: {sorted(declared - actual)}"
+
+
+def test_every_public_variable_has_a_known_type_and_a_description():
+    types = {"secret", "env", "bool", "name", "path", "host", "count", "percent", "serial", "any"}
+    for name, entry in variables.public().items():
+        assert name.startswith("specfleet_") and entry["type"] in types and entry["description"], name
+    overlap = set(variables.public()) & (set(policy.variable_names()) | variables.role_variable_names(ROLES))
+    assert not overlap, f"declared twice: {sorted(overlap)}"
+
+
+def known() -> set[str]:
+    return variables.known_names(policy.variable_names(), ROLES)
+
+
+@pytest.mark.parametrize(("name", "suggestion"), [
+    ("specfleet_spec_token", "specfleet_spec_tokens"),
+    ("specfleet_gate_min_tpot_dorp", "specfleet_gate_min_tpot_drop"),
+    ("specfleet_hf_cache_stor", "specfleet_hf_cache_store"),
+    ("specfleet_api_keys", "specfleet_api_key"),
+])
+def test_a_misspelt_name_is_refused_with_the_closest_known_one(name, suggestion):
+    assert variables.unknown_problems([name], known()) == [
+        f"{name}: not a specfleet variable; did you mean {suggestion}?"]
+
+
+def test_known_foreign_and_lab_names_pass_and_a_far_name_gets_no_guess():
+    assert variables.unknown_problems(
+        ["specfleet_spec_tokens", "specfleet_plan", "ansible_host", "specfleet_lab_kind", "specfleet_docker_users"],
+        known()) == []
+    [problem] = variables.unknown_problems(["specfleet_zzzz_qqqq"], known())
+    assert problem.startswith("specfleet_zzzz_qqqq: not a specfleet variable; see ")
+
+
+def test_values_are_shown_cut_short():
+    assert variables.shown("abc") == "'abc'"
+    long = variables.shown("x" * 1_000_000)
+    assert len(long) < 120 and long.endswith("(1000002 characters)")
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ({"specfleet_api_key": ["a", "b"]}, "specfleet_api_key: must be a string (from Ansible Vault or the environment), "
+                                        "got a list"),
+    ({"specfleet_hf_token": {"t": 1}}, "specfleet_hf_token: must be a string (from Ansible Vault or the environment), "
+                                       "got a map"),
+    ({"specfleet_serve_extra_env": {"HF_TOKEN": "hf_x"}}, "specfleet_serve_extra_env.HF_TOKEN: looks like a secret"),
+    ({"specfleet_serve_extra_env": {"OPENAI_API_KEY": "k"}}, "specfleet_serve_extra_env.OPENAI_API_KEY: looks like"),
+    ({"specfleet_serve_extra_env": {"1BAD": "x"}}, "specfleet_serve_extra_env: '1BAD' is not an environment variable"),
+    ({"specfleet_serve_extra_env": ["A=1"]}, "specfleet_serve_extra_env: must be a map of environment variable name"),
+    ({"specfleet_run_id": "../../etc"}, "specfleet_run_id: must be a name of letters"),
+    ({"specfleet_rollout_remeasure": "yes"}, "specfleet_rollout_remeasure: must be true or false, got 'yes'"),
+    ({"specfleet_rollout_serial": [1, "0%"]}, "specfleet_rollout_serial: must be a count >= 1"),
+    ({"specfleet_rollout_max_fail_percentage": 150}, "specfleet_rollout_max_fail_percentage: must be a percentage"),
+    ({"specfleet_bench_requests": -4}, "specfleet_bench_requests: must be an integer >= 0, got -4"),
+    ({"specfleet_bench_max_tokens": 1}, "specfleet_bench_max_tokens: must be an integer >= 2, got 1"),
+])
+def test_public_variable_problems(values, problem):
+    [found] = variables.public_problems(values)
+    assert found.startswith(problem), found
+
+
+def test_secret_values_are_never_echoed():
+    secret = "hf_SECRETVALUE123"
+    found = variables.public_problems({"specfleet_hf_token": [secret], "specfleet_api_key": {"k": secret}})
+    assert len(found) == 2 and not any(secret in problem for problem in found)
+
+
+def test_good_public_values_pass():
+    assert variables.public_problems({
+        "specfleet_api_key": "k",
+        "specfleet_serve_extra_env": {"VLLM_LOGGING_LEVEL": "DEBUG", "OMP_NUM_THREADS": 4},
+        "specfleet_run_id": "20261126T080000Z", "specfleet_rollout_serial": [1, 3, "100%"],
+        "specfleet_rollout_remeasure": True, "specfleet_bench_warmups": 0,
+    }) == []
+
+
+@pytest.mark.parametrize("host", ["thor-01", "192.168.1.10", "agx.lab.example", "unit_7"])
+def test_usable_host_names(host):
+    assert variables.host_name_problem(host) is None
+    assert variables.unit_file(Path("/runs/x/units"), host, ".json") == Path(f"/runs/x/units/{host}.json")
+
+
+@pytest.mark.parametrize("host", ["../../x", "a/b", "..", ".hidden", "-rf", "", "x" * 200, "a b"])
+def test_host_names_that_would_leave_their_folder_are_refused(host):
+    assert variables.host_name_problem(host).startswith("inventory_hostname: ")
+    with pytest.raises(ValueError, match="not a usable unit name"):
+        variables.unit_file(Path("/runs/x/units"), host, ".json")
