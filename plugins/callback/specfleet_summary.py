@@ -33,6 +33,7 @@ requirements:
 import json
 
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
@@ -89,8 +90,8 @@ class CallbackModule(CallbackBase):
         for host, (task, message, unreachable, failure_class) in sorted(self._failures.items()):
             record = run_dir / "units" / f"{host}.json"
             if not record.exists():
-                record.write_text(json.dumps(
-                    unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class), indent=1))
+                failure = unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class)
+                write_file(record, json.dumps(failure, indent=1))
         written = write_report(run_dir)
         self._display.banner("SPECFLEET FLEET SUMMARY")
         for line in written["summary_lines"]:
