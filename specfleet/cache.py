@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import build_manifest
 
 MANIFESTS = "manifests"
@@ -73,17 +74,12 @@ def write_manifest(store: Path, subdir: str, name: str) -> dict:
 
     The one writer of manifests (`specfleet cache manifest`, `specfleet store add`). A role
     reads a manifest as the statement that its entry is complete, so it appears whole or not
-    at all: written beside its place and renamed over it."""
+    at all: written beside its place and renamed over it (atomic_files.write_file)."""
     entry = store / subdir / name if subdir else store / name
     manifest = build_manifest(str(entry), name)
     target = manifest_path(store, name)
     target.parent.mkdir(exist_ok=True)
-    temporary = target.with_name(f"{target.name}.tmp")
-    try:
-        temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        temporary.replace(target)
-    finally:
-        temporary.unlink(missing_ok=True)  # after a failed write only: the rename consumed it
+    write_file(target, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
 

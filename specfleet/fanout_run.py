@@ -40,9 +40,10 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import
 
 from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
 
-# The unit-side helper ships with the collection's module_utils, beside store_manifest.py.
+# The unit-side helper ships with the collection's module_utils, beside store_manifest.py
+# and the atomic_files.py that one switches stores in with.
 UNIT_HELPER_DIR = Path(fanout_unit.__file__).resolve().parent
-HELPER_FILES = ("fanout_unit.py", "store_manifest.py")
+HELPER_FILES = ("fanout_unit.py", "store_manifest.py", "atomic_files.py")
 DEFAULT_KEY = Path.home() / ".ssh" / "specfleet_fanout_ed25519"
 KEY_COMMENT = "specfleet-fanout"
 

@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import move_directory, write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
     StoreLayout,
     build_manifest,
@@ -313,11 +313,9 @@ def key_store(store: Path, key: str) -> Path:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Atomically (rename of a finished temporary file)."""
+    """Atomically and durably (atomic_files.write_file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    temporary.replace(path)
+    write_file(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def inspect_store(store: Path, key: str, full: bool = True) -> dict[str, Any]:
@@ -379,9 +377,9 @@ def collect(store: Path, key: str, fetched: Path, record: Mapping[str, Any]) -> 
         layout = StoreLayout(str(base), ENTRY_SUBDIR, name)
         staging = Path(layout.staging_dir(manifest["id"]))
         if staging.exists():
-            shutil.rmtree(staging)
+            shutil.rmtree(staging)  # a killed collect's; staging is never live
         staging.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(source / name, staging)
+        move_directory(str(source / name), str(staging))
         problems = promote(layout, manifest)
         if problems:
             raise ValueError(f"{name}: the fetched cache does not match its manifest: {'; '.join(problems[:5])}")

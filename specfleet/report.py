@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
+
 from specfleet import batch_table, sweep, variables
 
 DECISIONS = ("kept", "reverted", "failed")
@@ -361,8 +363,6 @@ def write_report(run_dir: Path) -> dict[str, Any]:
         "report.html": to_html(records, run_id),
     }
     for name, text in outputs.items():
-        temporary = run_dir / f".{name}.tmp"
-        temporary.write_text(text)
-        temporary.replace(run_dir / name)
+        write_file(run_dir / name, text)
     return {"run_dir": str(run_dir), "files": sorted(outputs), "summary": summary(records),
             "summary_lines": summary_lines(records, run_id)}

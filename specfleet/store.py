@@ -40,6 +40,7 @@ from typing import IO, Any
 
 import yaml
 from ansible_collections.specfleet.fleet.plugins.module_utils import unit_layout
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import replacing, write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import sha256_file
 
 from specfleet import cache
@@ -209,9 +210,7 @@ def pin_main(entry: Path, commit: str) -> None:
     checkpoints through it), so a repo added at another revision must be found there."""
     ref = entry / "refs" / "main"
     ref.parent.mkdir(parents=True, exist_ok=True)
-    temporary = ref.with_name(".main.tmp")
-    temporary.write_text(commit)  # no newline, as huggingface_hub writes refs
-    temporary.replace(ref)
+    write_file(ref, commit)  # no newline, as huggingface_hub writes refs
 
 
 def _hub_without_shared_blobs() -> None:
@@ -380,23 +379,15 @@ def copy_verified(source: IO[bytes], target: Path, expected: str, url: str, limi
     either the verified file or untouched, and a refused download leaves nothing behind."""
     digest = hashlib.sha256()
     size = 0
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for chunk in iter(lambda: source.read(1 << 20), b""):
-                size += len(chunk)
-                if size > limit:
-                    raise StoreError(f"{target.name}: more than {limit} bytes from {url}; not an encoding")
-                digest.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())  # a crash after the rename must not leave the name without its bytes
+    with replacing(target, 0o644, binary=True) as out:  # an error inside leaves target untouched
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            size += len(chunk)
+            if size > limit:
+                raise StoreError(f"{target.name}: more than {limit} bytes from {url}; not an encoding")
+            digest.update(chunk)
+            out.write(chunk)
         if digest.hexdigest() != expected:
             raise StoreError(mismatch_message(target.name, expected, digest.hexdigest(), url))
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    finally:
-        Path(temporary).unlink(missing_ok=True)  # consumed by the rename when it succeeded
 
 
 Opener = Callable[[str], IO[bytes]]

@@ -33,6 +33,7 @@ requirements:
 import json
 
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
@@ -92,8 +93,8 @@ class CallbackModule(CallbackBase):
                 continue  # the preflight refused it; its name would lead outside the run folder
             record = unit_file(run_dir, host)
             if not record.exists():
-                record.write_text(json.dumps(
-                    unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class), indent=1))
+                failure = unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class)
+                write_file(record, json.dumps(failure, indent=1))
         written = write_report(run_dir)
         self._display.banner("SPECFLEET FLEET SUMMARY")
         for line in written["summary_lines"]:

@@ -29,6 +29,7 @@ import tempfile
 import time
 
 try:  # on the controller (tests) the module lives in the specfleet_unit package
+    from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
     from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
         StoreLayout,
         promote,
@@ -37,6 +38,7 @@ try:  # on the controller (tests) the module lives in the specfleet_unit package
     )
 except ImportError:  # on a unit it is shipped next to this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from atomic_files import write_file  # type: ignore[no-redef]
     from store_manifest import StoreLayout, promote, sha256_file, verify_tree  # type: ignore[no-redef]
 
 # rsync exit codes that mean "could not talk to the other end" rather than "bad data".
@@ -198,12 +200,7 @@ def key_paths() -> dict:
 
 
 def _write(path: str, text: str, mode: int) -> None:
-    temporary = path + ".specfleet-tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(temporary, mode)
-    os.replace(temporary, path)
+    write_file(path, text, mode)
 
 
 def _authorized_without_ours(path: str) -> list[str]:

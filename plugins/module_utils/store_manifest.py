@@ -6,7 +6,9 @@ Unit-side and controller-side code, standard library only. A store is a director
 its manifest lists every regular file (size, sha256) and symlink (target). The manifest
 id, a hash of that listing, names the version. On a unit the live path is a symlink to
 ``<versions>/<id>``, so switching versions is one atomic rename and a reader never sees
-a half-replaced store.
+a half-replaced store. A repaired copy of the live version goes in beside it as
+``<versions>/<id>.<n>`` (the id is the name up to the first dot), so the live link resolves
+to a whole version at every moment and the broken one is removed only after the switch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ import json
 import os
 import shutil
 import time
+
+try:  # in a module, and on the controller
+    from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import fresh_path, switch_directory
+except ImportError:  # shipped beside this file by the fan-out driver (fanout_unit.py puts it on sys.path)
+    from atomic_files import fresh_path, switch_directory  # type: ignore[no-redef]
+
+UNMANAGED_PREFIX = "unmanaged-"
 
 MANIFEST_VERSION = 1
 _CHUNK = 1024 * 1024
@@ -90,6 +99,11 @@ def bytes_to_fetch(manifest: dict, have_root: str | None) -> int:
     return needed
 
 
+def version_id(name: str) -> str:
+    """The version id a ``versions/`` entry holds: ``<id>``, or ``<id>.<n>`` for a repaired copy."""
+    return name.split(".", 1)[0]
+
+
 class StoreLayout:
     """Where one store lives on a unit.
 
@@ -106,13 +120,8 @@ class StoreLayout:
         self.versions = os.path.join(root, ".specfleet", "versions", name)
         self.incoming = os.path.join(root, ".specfleet", "incoming", name)
 
-    def version_dir(self, ident: str) -> str:
-        return os.path.join(self.versions, ident)
-
-    def staging_dir(self, ident: str) -> str:
-        return os.path.join(self.incoming, ident)
-
-    def current_id(self) -> str | None:
+    def live_version(self) -> str | None:
+        """The ``versions/`` entry the live link resolves to, or None (no link, or not ours)."""
         if not os.path.islink(self.live):
             return None
         target = os.path.realpath(self.live)
@@ -120,9 +129,39 @@ class StoreLayout:
             return None
         return os.path.basename(target)
 
+    def version_dir(self, ident: str) -> str:
+        """The directory of version ``ident``: the live one when ``ident`` is live (it may be a
+        repaired copy, ``<id>.<n>``), else ``versions/<ident>``."""
+        live = self.live_version()
+        if live is not None and version_id(live) == ident:
+            return os.path.join(self.versions, live)
+        return os.path.join(self.versions, ident)
+
+    def staging_dir(self, ident: str) -> str:
+        return os.path.join(self.incoming, ident)
+
+    def current_id(self) -> str | None:
+        live = self.live_version()
+        return version_id(live) if live is not None else None
+
     def unmanaged(self) -> bool:
         """A real directory (not our symlink) sits at the live path."""
         return os.path.isdir(self.live) and not os.path.islink(self.live)
+
+    def stale_versions(self) -> list[str]:
+        """``versions/`` entries the live link does not resolve to, left by a switch that was
+        killed before it removed them (or, not yet live, before it switched). A cache that
+        was at the live path before the first switch is kept (``unmanaged-*``), unless it is
+        only the link a killed switch had made to put in its place."""
+        if not os.path.isdir(self.versions):
+            return []
+        live = self.live_version()
+        stale = []
+        for name in sorted(os.listdir(self.versions)):
+            kept_aside = name.startswith(UNMANAGED_PREFIX) and not os.path.islink(os.path.join(self.versions, name))
+            if name != live and not kept_aside:
+                stale.append(name)
+        return stale
 
 
 def free_bytes(path: str) -> int:
@@ -132,29 +171,29 @@ def free_bytes(path: str) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
-def switch_to(layout: StoreLayout, ident: str) -> None:
-    """Make ``versions/<ident>`` live with one atomic rename of a symlink, then drop the
-    versions nobody points at any more."""
-    parent = os.path.dirname(layout.live)
-    os.makedirs(parent, exist_ok=True)
-    if layout.unmanaged():
-        # A cache laid down by hand: keep it beside our versions rather than delete it.
-        os.rename(layout.live, os.path.join(layout.versions, f"unmanaged-{int(time.time())}"))
-    target = os.path.relpath(layout.version_dir(ident), parent)
-    temporary = f"{layout.live}.specfleet-new"
-    if os.path.lexists(temporary):
-        os.unlink(temporary)
-    os.symlink(target, temporary)
-    os.replace(temporary, layout.live)
-    for other in os.listdir(layout.versions):
-        if other != ident and not other.startswith("unmanaged-"):
-            shutil.rmtree(os.path.join(layout.versions, other), ignore_errors=True)
+def drop_stale_versions(layout: StoreLayout) -> list[str]:
+    """Remove what ``stale_versions`` lists; returns it."""
+    stale = layout.stale_versions()
+    for name in stale:
+        path = os.path.join(layout.versions, name)
+        if os.path.islink(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def promote(layout: StoreLayout, manifest: dict) -> list[str]:
     """Verify the finished copy in staging and switch it in. Returns problems; on any,
     the live store is untouched and the bad files are removed from staging so the next
-    copy fetches them again."""
+    copy fetches them again.
+
+    The copy is moved into ``versions/`` under a fresh name (``<id>``, or ``<id>.<n>`` when
+    the live version is the one being repaired), the live link is switched to it in one
+    rename, and only then is what it pointed at removed: a kill at any moment leaves the
+    live path resolving to the old version, whole, or to the new one. A cache laid down by
+    hand at the live path is kept beside the versions (``unmanaged-<time>``) rather than
+    deleted, exchanged with the link in one step."""
     ident = manifest["id"]
     staging = layout.staging_dir(ident)
     if not os.path.isdir(staging):
@@ -168,9 +207,10 @@ def promote(layout: StoreLayout, manifest: dict) -> list[str]:
                 os.unlink(path)
         return problems
     os.makedirs(layout.versions, exist_ok=True)
-    destination = layout.version_dir(ident)
-    if os.path.isdir(destination):
-        shutil.rmtree(destination)
-    os.rename(staging, destination)
-    switch_to(layout, ident)
+    os.makedirs(os.path.dirname(layout.live), exist_ok=True)
+    displaced = None
+    if layout.unmanaged():
+        displaced = fresh_path(os.path.join(layout.versions, f"{UNMANAGED_PREFIX}{int(time.time())}"))
+    switch_directory(staging, fresh_path(os.path.join(layout.versions, ident)), layout.live, displaced)
+    drop_stale_versions(layout)
     return []

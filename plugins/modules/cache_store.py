@@ -18,6 +18,11 @@ description:
     when all match, switches it in with one atomic rename; a partial or corrupt copy never
     replaces the live store, and corrupt files are removed from staging so the next copy
     fetches them again. Already live and verified means no change.
+  - A repair (the live version is the manifest's but does not verify) puts the verified copy
+    beside the broken one, switches the live link to it and only then removes the broken
+    one, so a kill at any moment leaves the live path resolving to a whole version.
+  - O(state=active) also removes the versions a killed switch left behind (RV(stale_versions)),
+    once the live store is up to date.
 version_added: "0.1.0"
 author: specfleet contributors (@specfleet)
 options:
@@ -90,6 +95,13 @@ staging_fits:
       False after a copy that failed means the disk filled up (whatever rsync managed to say).
   returned: always
   type: bool
+stale_versions:
+  description:
+    - Entries of C(<root>/.specfleet/versions/<name>) the live link does not resolve to, left by
+      a switch that was killed before it removed them. O(state=active) removes them.
+  returned: always
+  type: list
+  elements: str
 problems:
   description: Files that did not match the manifest.
   returned: when not up to date or on failure
@@ -103,6 +115,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
     StoreLayout,
     bytes_to_fetch,
+    drop_stale_versions,
     free_bytes,
     promote,
     total_bytes,
@@ -132,6 +145,7 @@ def inspect(layout: StoreLayout, manifest: dict, full: bool) -> dict:
         "needed_bytes": needed,
         "staging_fits": free_bytes(staging) >= needed,
         "total_bytes": total_bytes(manifest),
+        "stale_versions": layout.stale_versions(),
         "problems": problems,
     }
 
@@ -153,12 +167,20 @@ def main() -> None:
             module.fail_json(msg=f"cache_store: manifest has no {key!r}; write it with `specfleet cache manifest`")
     layout = StoreLayout(module.params["root"], module.params["subdir"], manifest["name"])
     result = inspect(layout, manifest, module.params["verify"] == "full")
-    result["diff"] = {"before": f"{layout.live} -> {result['current_id']}\n",
-                      "after": f"{layout.live} -> {result['wanted_id']}\n"}
-    if module.params["state"] == "inspect" or result["up_to_date"]:
+    stale = "".join(f"{layout.versions}/{name}\n" for name in result["stale_versions"])
+    result["diff"] = {
+        "before": f"{layout.live} -> {result['current_id']}\n{stale}",
+        "after": f"{layout.live} -> {result['wanted_id']}\n",
+    }
+    settled = result["up_to_date"] and not result["stale_versions"]
+    if module.params["state"] == "inspect" or settled:
         module.exit_json(changed=False, **result)
     if module.check_mode:
         module.exit_json(changed=True, **result)
+    if result["up_to_date"]:
+        # What a switch killed after it had switched (before it removed the old) left behind.
+        drop_stale_versions(layout)
+        module.exit_json(changed=True, **{**result, "stale_versions": []})
     problems = promote(layout, manifest)
     if problems:
         module.fail_json(
@@ -166,7 +188,8 @@ def main() -> None:
             f"the live store was left as it was: {'; '.join(problems[:10])}",
             **{**result, "problems": problems},
         )
-    result.update(up_to_date=True, current_id=manifest["id"], needed_bytes=0, problems=[])
+    # Whatever stale versions there were, promote removed them after the switch.
+    result.update(up_to_date=True, current_id=manifest["id"], needed_bytes=0, problems=[], stale_versions=[])
     module.exit_json(changed=True, **result)
 
 

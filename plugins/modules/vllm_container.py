@@ -182,6 +182,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import (
     classify,
@@ -245,11 +246,7 @@ def write_files(files: dict, files_dir: str) -> dict[str, str]:
     for host_path, container_path in mounts.items():
         if os.path.exists(host_path):
             continue
-        temporary = f"{host_path}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(files[container_path])
-        os.chmod(temporary, 0o644)
-        os.rename(temporary, host_path)
+        write_file(host_path, files[container_path], 0o644)
     return mounts
 
 
