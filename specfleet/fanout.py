@@ -16,7 +16,9 @@ Rules the scheduler keeps (and the tests check):
   at once and downloads at most ``download_slots`` pieces at once;
 - a target is served each piece exactly once (on success); a failed copy returns the
   piece to pending and the next attempt prefers another source;
-- a node that dies is dropped as source and as target; its pending work is reassigned.
+- a node that dies is dropped as source and as target; its pending work is reassigned;
+- a ``controller_only`` target (a unit that cannot hold the fleet key confined, see
+  ``fleet_key``) receives from the controller only and serves no one.
 
 The driver runs the scheduler event by event, as copies finish: when links are equal
 that is the lock-step schedule of waves the tests check, and it adapts when they are not.
@@ -98,6 +100,8 @@ class Scheduler:
     max_attempts: int = 4
     # False: only the controller serves (plain push, for comparison).
     units_serve: bool = True
+    # Targets that take part in no unit-to-unit copy: served by the controller, serving none.
+    controller_only: Iterable[str] = ()
 
     def __post_init__(self) -> None:
         if self.controller_slots < 1 or self.unit_slots < 1 or self.download_slots < 1:
@@ -106,6 +110,10 @@ class Scheduler:
             raise ValueError("the controller cannot be a target")
         if len(set(self.targets)) != len(self.targets):
             raise ValueError("duplicate targets")
+        self.controller_only = frozenset(self.controller_only)
+        strangers = self.controller_only - set(self.targets)
+        if strangers:
+            raise ValueError(f"controller_only names no target: {', '.join(sorted(strangers))}")
         self.piece_ids: list[int] = (
             list(range(self.pieces)) if isinstance(self.pieces, int) else list(self.pieces)
         )
@@ -167,7 +175,8 @@ class Scheduler:
         planned: list[Transfer] = []
         flying = {(t.target, t.piece) for t in self.active}
         rarity = {p: self.holders(p) + sum(1 for t in self.active if t.piece == p) for p in self.piece_ids}
-        candidates = [*self.order, self.controller] if self.units_serve else [self.controller]
+        peers = [n for n in self.order if n not in self.controller_only] if self.units_serve else []
+        candidates = [*peers, self.controller]
         sources = [n for n in candidates if self.alive(n) and self.holds.get(n)]
         position = {n: i for i, n in enumerate(self.order)}
         targets = sorted(self.open_targets(), key=lambda t: (len(self.holds[t]) + len(self.in_flight(t)),
@@ -180,6 +189,8 @@ class Scheduler:
                 for piece in lacking:
                     for source in sources:
                         if source == target or uploads[source] >= self.slots(source):
+                            continue
+                        if target in self.controller_only and source != self.controller:
                             continue
                         if piece not in self.holds[source]:
                             continue

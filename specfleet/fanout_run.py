@@ -8,12 +8,17 @@ verified it (sha256 against the manifest), and switch the whole store in (``prom
 code ``cache_store state=active`` runs) as soon as they hold every piece. A unit never has
 a partial store live: copies land in staging and only a fully verified copy is switched in.
 
-Keys: units pull from each other with a fleet key pair generated on the controller. Its
-public key is installed in each unit's authorized_keys as
-``restrict,from="<peer addresses>",command="rrsync -ro <root>/.specfleet/serve"`` (no
-shell, no forwarding, read-only, confined to verified files, only from fleet addresses);
+Keys: units pull from each other with a fleet key pair made for this run alone (in the
+run's private temporary directory on the controller, gone with it). Its public key is
+installed in each unit's authorized_keys as
+``restrict,from="<peer addresses>",command="rrsync -ro <root>/.specfleet/serve" ... specfleet-fanout:<run>``
+(no shell, no forwarding, read-only, confined to verified files, only from fleet addresses);
 the private key and a known_hosts file holding every peer's host key are installed for the
-copy and removed afterwards (``--keep-keys`` keeps them; the role can manage them instead).
+copy. It fails closed: a unit without rrsync gets no key at all, receives from the controller
+only and serves no peer (``fleet_key``). Every run removes the fleet keys of earlier runs from
+a unit before anything else, and at its end removes its own from every unit it prepared,
+units that dropped out included; a unit it cannot reach then is named (``may_remain``): the
+next run that reaches it removes what is left.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -35,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit
+from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit, fleet_key
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 
 from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
@@ -43,9 +49,7 @@ from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pi
 # The unit-side helper ships with the collection's module_utils, beside store_manifest.py
 # and the atomic_files.py that one switches stores in with.
 UNIT_HELPER_DIR = Path(fanout_unit.__file__).resolve().parent
-HELPER_FILES = ("fanout_unit.py", "store_manifest.py", "atomic_files.py")
-DEFAULT_KEY = Path.home() / ".ssh" / "specfleet_fanout_ed25519"
-KEY_COMMENT = "specfleet-fanout"
+HELPER_FILES = ("fanout_unit.py", "store_manifest.py", "fleet_key.py", "atomic_files.py")
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -98,6 +102,24 @@ def nodes_from_inventory(inventory: str, limit: Iterable[str] | None = None) -> 
     return nodes
 
 
+def new_run_id(now: float | None = None, token: str | None = None) -> str:
+    """When the run started (UTC) and a random token: names the run's fleet key."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{secrets.token_hex(3) if token is None else token}"
+
+
+def no_rrsync_message(unit: str, user: str) -> str:
+    """Why a unit takes no part in unit-to-unit copies, and how to change that."""
+    return (f"{unit}: {fleet_key.NO_RRSYNC}, so no fleet key was installed there (without rrsync's "
+            f"forced command it would give every peer a shell as {user}); {unit} receives the store "
+            f"from the controller and serves no peer. To fan out to it: {fleet_key.RRSYNC_FIX}")
+
+
+def may_remain_message(unit: str, reason: str) -> str:
+    return (f"{unit}: a fleet key may remain there ({reason.strip()[-300:]}); it is removed at the start "
+            f"of the next run that reaches {unit}")
+
+
 @dataclass
 class Options:
     root: str = LAYOUT["hf_cache_dir"]
@@ -106,9 +128,6 @@ class Options:
     controller_slots: int = 1
     unit_slots: int = 1
     max_attempts: int = 4
-    manage_keys: bool = True
-    keep_keys: bool = False
-    key_file: Path = DEFAULT_KEY
     rsync_timeout: int = 30
     # The simple, defensible mode: every unit pulls the whole store from the controller
     # (what `push` means in the benchmark). Same code path, one source with N slots.
@@ -131,7 +150,11 @@ class Runner:
         self.piece_of = {f: p.index for p in self.pieces for f in p.files}
         self.total = sum(p.size for p in self.pieces)
         self.helper_dir = f"{options.root}/.specfleet/fanout"
-        self.tmp = Path(tempfile.mkdtemp(prefix="sf-fo-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="sf-fo-"))  # 0700: holds the run's private key
+        self.run_id = new_run_id()
+        # Units without rrsync: no fleet key, served by the controller only (unit -> message).
+        self.refused: dict[str, str] = {}
+        self.shipped: set[str] = set()
         self.masters: list[Node] = []
         self.info: dict[str, dict] = {}
         self.lock = threading.Lock()
@@ -156,11 +179,12 @@ class Runner:
         return subprocess.run([*self.ssh_base(node, multiplex), node.host, command], input=data,
                               capture_output=True, timeout=timeout, check=False)
 
-    def helper(self, node: Node, command: str, request: dict, timeout: float | None = None) -> dict:
+    def helper(self, node: Node, command: str, request: dict, timeout: float | None = None,
+               multiplex: bool = True) -> dict:
         payload = {"root": self.opt.root, "subdir": self.opt.subdir, "manifest_file": "manifest.json",
                    **request}
         proc = self.ssh(node, f"python3 {shlex.quote(self.helper_dir)}/fanout_unit.py {command}",
-                        json.dumps(payload), timeout=timeout)
+                        json.dumps(payload), timeout=timeout, multiplex=multiplex)
         if proc.returncode != 0:
             raise RemoteError(node.name, command, proc.returncode, proc.stderr.decode(errors="replace"))
         return json.loads(proc.stdout)
@@ -212,21 +236,21 @@ class Runner:
             raise RemoteError(node.name, "ship helper", proc.returncode, proc.stderr.decode(errors="replace"))
         with self.lock:
             self.host_keys[node.name] = " ".join(proc.stdout.decode().split()[:2])
+            self.shipped.add(node.name)
 
-    def ensure_key(self) -> tuple[str, str]:
-        key = self.opt.key_file
-        if not key.exists():
-            key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", KEY_COMMENT, "-f", str(key)],
-                           check=True, capture_output=True)
-        return key.read_text(), key.with_suffix(".pub").read_text().strip()
+    def run_key(self) -> tuple[str, str]:
+        """A new key pair for this run only, in the run's temporary directory (removed with it)."""
+        key = self.tmp / f"fleet-{self.run_id}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", fleet_key.key_comment(self.run_id),
+                        "-f", str(key)], check=True, capture_output=True)
+        return key.read_text(), key.with_name(key.name + ".pub").read_text().strip()
 
     def key_request(self, alive: list[Node]) -> dict:
-        """What `prepare` installs on each unit when the driver manages the fleet key."""
-        private, public = self.ensure_key()
+        """What `prepare` installs on each unit (where rrsync can confine it)."""
+        private, public = self.run_key()
         known = "".join(f"{self.nodes[n].peer} {k}\n" for n, k in sorted(self.host_keys.items()) if k)
-        return {"keys": {"private_key": private, "public_key": public, "known_hosts": known,
-                         "from": sorted({n.peer for n in alive})}}
+        return {"keys": {"run_id": self.run_id, "private_key": private, "public_key": public,
+                         "known_hosts": known, "from": sorted({n.peer for n in alive})}}
 
     # ---- copies --------------------------------------------------------------------------
     def copy(self, transfer: Transfer) -> dict[str, Any]:
@@ -305,28 +329,37 @@ class Runner:
             except (RemoteError, subprocess.TimeoutExpired) as err:
                 unreachable[node.name] = str(err)
 
+        result: dict[str, Any] = {}
         try:
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
                 list(pool.map(setup, self.nodes.values()))
             reachable = [self.nodes[n] for n in names if n not in unreachable]
-            request = self.key_request(reachable) if self.opt.manage_keys and not self.opt.push else {}
+            # Push mode copies nothing unit to unit: no key (prepare still removes old ones).
+            request = {} if self.opt.push else self.key_request(reachable)
 
             def prep(node: Node) -> None:
                 try:
-                    self.info[node.name] = self.helper(node, "prepare", request, timeout=600)
-                    if self.info[node.name].get("warning"):
-                        self.event("warning", {"unit": node.name, "message": self.info[node.name]["warning"]})
+                    info = self.helper(node, "prepare", request, timeout=600)
                 except (RemoteError, subprocess.TimeoutExpired) as err:
                     unreachable[node.name] = str(err)
+                    return
+                self.info[node.name] = info
+                if info.get("fleet_key") == "refused":
+                    with self.lock:
+                        self.refused[node.name] = no_rrsync_message(node.name, node.user)
+                    self.event("refused", {"unit": node.name, "message": self.refused[node.name]})
 
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
                 list(pool.map(prep, reachable))
-            self.event("prepared", {"units": len(self.info), "unreachable": sorted(unreachable)})
+            self.event("prepared", {"units": len(self.info), "unreachable": sorted(unreachable),
+                                    "controller_only": sorted(self.refused)})
             result = self._distribute(names, unreachable)
         finally:
-            self._cleanup(names, unreachable)
+            may_remain = self._cleanup(names, unreachable)
             self.stop_masters()
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)  # the run's private key with it
+        result["fleet_key"] = {"run": self.run_id, "refused": dict(sorted(self.refused.items())),
+                               "may_remain": may_remain}
         result["seconds"] = round(time.monotonic() - self.t0, 2)
         return result
 
@@ -339,7 +372,7 @@ class Runner:
         sched = Scheduler(names, [p.index for p in self.pieces], have,
                           controller_slots=len(names) if push else self.opt.controller_slots,
                           unit_slots=self.opt.unit_slots, max_attempts=self.opt.max_attempts,
-                          units_serve=not push)
+                          units_serve=not push, controller_only=self.refused)
         for name, reason in unreachable.items():
             sched.drop(name, f"unreachable: {reason.strip()[-200:]}")
         promoted: dict[str, dict] = {}
@@ -419,19 +452,32 @@ class Runner:
             sched.revoke(name, pieces)
             self.event("revoked", {"unit": name, "pieces": sorted(pieces)})
 
-    def _cleanup(self, names: list[str], unreachable: dict[str, str]) -> None:
+    def _cleanup(self, names: list[str], unreachable: dict[str, str]) -> dict[str, str]:
+        """Remove the fleet key (every run's), the serve dir and the helper from every unit
+        the helper reached, the ones that dropped out or failed to prepare included (over a
+        fresh connection: their multiplexed one may be what failed). Returns, per unit that
+        may still hold a fleet key, why."""
+        may_remain: dict[str, str] = {}
+
         def clean(name: str) -> None:
-            if name in unreachable or name in self.dead or name not in self.info:
-                return
-            request = {"name": self.manifest["name"],
-                       "remove_keys": self.opt.manage_keys and not self.opt.keep_keys and not self.opt.push}
-            try:
-                self.helper(self.nodes[name], "cleanup", request, timeout=60)
-            except (RemoteError, subprocess.TimeoutExpired) as err:
-                self.event("warning", {"unit": name, "message": f"cleanup failed: {err}"})
+            if name not in self.shipped:
+                # Never prepared, so it never held this run's key; an earlier run's may be there.
+                reason = f"not reached this run: {unreachable.get(name, 'unknown')}"
+            else:
+                dropped = name in unreachable or name in self.dead
+                try:
+                    self.helper(self.nodes[name], "cleanup", {"name": self.manifest["name"]},
+                                timeout=60, multiplex=not dropped)
+                    return
+                except (RemoteError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
+                    reason = f"cleanup failed: {err}"
+            with self.lock:
+                may_remain[name] = may_remain_message(name, reason)
+            self.event("warning", {"unit": name, "message": may_remain[name]})
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             list(pool.map(clean, names))
+        return dict(sorted(may_remain.items()))
 
 
 class RemoteError(RuntimeError):
@@ -470,7 +516,7 @@ def progress_events(total_units: int, total_bytes: int, console: Any) -> tuple[E
                 progress.update(per_unit[target], advance=data["bytes"], note=f"from {data['source']}")
         elif kind == "promoted" and show_units and data["unit"] in per_unit:
             progress.update(per_unit[data["unit"]], note="[green]live[/green]")
-        elif kind in ("failed", "dropped", "promote_failed", "revoked", "warning"):
+        elif kind in ("failed", "dropped", "promote_failed", "revoked", "warning", "refused"):
             detail = {k: v for k, v in data.items() if k not in ("t", "event")}
             progress.console.print(f"[yellow]{kind}[/yellow] {detail}")
 
@@ -489,9 +535,7 @@ def cmd_distribute(args: argparse.Namespace) -> int:
         print(f"specfleet distribute: {err}", file=sys.stderr)
         return 2
     options = Options(root=args.root, subdir=args.subdir, pieces=args.pieces,
-                      controller_slots=args.controller_slots, unit_slots=args.unit_slots,
-                      manage_keys=args.manage_keys, keep_keys=args.keep_keys,
-                      key_file=Path(args.key_file), push=args.push)
+                      controller_slots=args.controller_slots, unit_slots=args.unit_slots, push=args.push)
     console = Console(stderr=True)
     on_event, stop = (None, lambda: None)
     if args.format != "json":
@@ -511,6 +555,8 @@ def cmd_distribute(args: argparse.Namespace) -> int:
         for name, status in result["units"].items():
             table.add_row(name, status if status != "live" else "[green]live[/green]")
         Console().print(table)
+        for message in [*result["fleet_key"]["refused"].values(), *result["fleet_key"]["may_remain"].values()]:
+            console.print(f"[yellow]{message}[/yellow]")
     return 0 if result["ok"] else 1
 
 
@@ -528,10 +574,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--controller-slots", type=int, default=1, help="concurrent uploads from the controller")
     parser.add_argument("--unit-slots", type=int, default=1, help="concurrent uploads from each unit")
     parser.add_argument("--push", action="store_true", help="no fan-out: the controller copies to every unit")
-    parser.add_argument("--manage-keys", action=argparse.BooleanOptionalAction, default=True,
-                        help="install the fleet key for unit-to-unit copies (off when a role did)")
-    parser.add_argument("--keep-keys", action="store_true", help="leave the fleet key installed afterwards")
-    parser.add_argument("--key-file", default=str(DEFAULT_KEY), help="fleet private key on the controller")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.set_defaults(func=cmd_distribute)
 

@@ -27,7 +27,7 @@ ROLE_PREFIX = "specfleet_"
 
 # Role inputs read on the controller that must exist before a run: a missing store only
 # fails inside its role, after specfleet_docker has already restarted Docker on the unit.
-# (Paths the role creates, such as the fan-out key, are not listed.)
+# (Paths the role creates are not listed.)
 CONTROLLER_DIRS = ("specfleet_hf_cache_store", "specfleet_tiktoken_source_dir", "specfleet_fanout_store")
 
 # Image references a role pulls: without a tag or digest Docker takes the mutable

@@ -15,7 +15,12 @@ Where things are (``StoreLayout`` of ``store_manifest``):
   survive the staging dir's rename into ``versions/``);
 - ``promote`` verifies the whole staging copy and switches it in atomically.
 
-Commands: keys, prepare, pull, verify, promote, cleanup.
+The fleet key (``fleet_key``): ``prepare`` first removes every fleet key an earlier run left
+(authorized_keys entries of any run, private key, known_hosts), then installs this run's, but
+only where rrsync confines it; without rrsync it installs nothing and says so (the driver
+serves that unit from the controller). ``cleanup`` removes them again.
+
+Commands: prepare, pull, verify, promote, cleanup.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import sys
 import tempfile
 import time
 
-try:  # on the controller (tests) the module lives in the specfleet_unit package
+try:  # on the controller (tests) and in a module the helpers live in the collection
+    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
     from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
     from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
         StoreLayout,
@@ -38,6 +44,7 @@ try:  # on the controller (tests) the module lives in the specfleet_unit package
     )
 except ImportError:  # on a unit it is shipped next to this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import fleet_key  # type: ignore[no-redef]
     from atomic_files import write_file  # type: ignore[no-redef]
     from store_manifest import StoreLayout, promote, sha256_file, verify_tree  # type: ignore[no-redef]
 
@@ -185,15 +192,13 @@ def finish(root: str, subdir: str, manifest: dict) -> dict:
     return {"problems": problems, "changed": not problems, "live": layout.live}
 
 
-KEY_COMMENT = "specfleet-fanout"
-
-
 def ssh_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".ssh")
 
 
-def key_paths() -> dict:
-    base = ssh_dir()
+def key_paths(directory: str | None = None) -> dict:
+    """The fleet key's files in ``directory`` (default: the login user's ~/.ssh)."""
+    base = directory or ssh_dir()
     return {"key": os.path.join(base, "specfleet_fanout"),
             "known_hosts": os.path.join(base, "specfleet_fanout_known_hosts"),
             "authorized_keys": os.path.join(base, "authorized_keys")}
@@ -203,53 +208,63 @@ def _write(path: str, text: str, mode: int) -> None:
     write_file(path, text, mode)
 
 
-def _authorized_without_ours(path: str) -> list[str]:
+def _read(path: str) -> str | None:
     if not os.path.exists(path):
-        return []
+        return None
     with open(path) as handle:
-        return [line for line in handle.read().splitlines()
-                if line.strip() and not line.rstrip().endswith(" " + KEY_COMMENT)]
+        return handle.read()
 
 
-def authorized_line(root: str, public_key: str, peers: list[str], rrsync: str | None) -> str:
-    """The fleet key may only read this unit's serve dir (rrsync -ro), from fleet
-    addresses, without a shell, a pty or forwarding."""
-    options = ["restrict"]
-    if peers:
-        options.append('from="' + ",".join(peers) + '"')
-    if rrsync:
-        options.append(f'command="{rrsync} -ro {serve_root(root)}"')
-    key = " ".join(public_key.split()[:2])
-    return ",".join(options) + f" {key} {KEY_COMMENT}"
+def find_rrsync() -> str | None:
+    found = shutil.which("rrsync")
+    if found and os.path.isabs(found):
+        return found
+    return next((path for path in fleet_key.RRSYNC_PATHS if os.access(path, os.X_OK)), None)
 
 
-def install_keys(root: str, request: dict) -> dict:
-    paths = key_paths()
-    os.makedirs(ssh_dir(), mode=0o700, exist_ok=True)
-    os.makedirs(serve_root(root), exist_ok=True)
-    rrsync = shutil.which("rrsync") or next(
-        (p for p in ("/usr/bin/rrsync", "/usr/share/rsync/scripts/rrsync") if os.access(p, os.X_OK)), None)
-    line = authorized_line(root, request["public_key"], request.get("from", []), rrsync)
-    _write(paths["authorized_keys"], "\n".join(_authorized_without_ours(paths["authorized_keys"]) + [line]) + "\n",
-           0o600)
-    _write(paths["key"], request["private_key"], 0o600)
-    _write(paths["known_hosts"], request["known_hosts"], 0o644)
-    result = {"authorized": line}
-    if not rrsync:
-        result["warning"] = ("rrsync not found (rsync >= 3.2.4 ships it): the fleet key is restricted "
-                             "by from= and restrict only, not to read-only rsync of the serve dir")
+def remove_keys(directory: str | None = None, dry_run: bool = False) -> dict:
+    """Remove every fleet key entry (of any run) from authorized_keys, the fleet private key
+    and its known_hosts. Nothing else in authorized_keys changes (its mode neither); a file
+    that held nothing but fleet entries is removed. ``dry_run``: only say what would go."""
+    paths = key_paths(directory)
+    authorized = os.path.realpath(paths["authorized_keys"])
+    text = _read(authorized)
+    kept, entries = fleet_key.without_fleet_entries(text or "")
+    files = [paths[name] for name in ("key", "known_hosts") if os.path.lexists(paths[name])]
+    result = {"changed": bool(entries or files), "removed_entries": entries,
+              "removed_runs": [fleet_key.fleet_run(entry) for entry in entries], "removed_files": files}
+    if dry_run:
+        return result
+    if entries:
+        if kept.strip():
+            _write(authorized, kept, os.stat(authorized).st_mode & 0o777)
+        else:
+            os.unlink(authorized)
+    for path in files:
+        os.unlink(path)
     return result
 
 
-def remove_keys() -> dict:
+def install_keys(root: str, request: dict) -> dict:
+    """Remove what earlier runs left, then install this run's fleet key: its authorized_keys
+    entry confined to ``rrsync -ro <serve dir>``, the private key and the peers' host keys.
+    Without rrsync nothing is installed (``fleet_key: refused``): the key is never
+    authorized without its forced command."""
+    swept = remove_keys()
+    rrsync = find_rrsync()
+    if rrsync is None:
+        return {"fleet_key": "refused", "reason": fleet_key.NO_RRSYNC, "stale_runs": swept["removed_runs"]}
     paths = key_paths()
-    if os.path.exists(paths["authorized_keys"]):
-        _write(paths["authorized_keys"], "".join(line + "\n" for line in
-                                                 _authorized_without_ours(paths["authorized_keys"])), 0o600)
-    for name in ("key", "known_hosts"):
-        if os.path.exists(paths[name]):
-            os.unlink(paths[name])
-    return {"removed_keys": True}
+    os.makedirs(ssh_dir(), mode=0o700, exist_ok=True)
+    os.makedirs(serve_root(root), exist_ok=True)
+    line = fleet_key.authorized_line(request["public_key"], request["run_id"], request.get("from", []),
+                                     fleet_key.rrsync_command(rrsync, serve_root(root)))
+    authorized = os.path.realpath(paths["authorized_keys"])
+    mode = os.stat(authorized).st_mode & 0o777 if os.path.exists(authorized) else 0o600
+    _write(authorized, fleet_key.with_fleet_entry(_read(authorized) or "", line), mode)
+    _write(paths["key"], request["private_key"], 0o600)
+    _write(paths["known_hosts"], request["known_hosts"], 0o644)
+    return {"fleet_key": "installed", "authorized": line, "stale_runs": swept["removed_runs"]}
 
 
 def peer_ssh(request: dict) -> list[str]:
@@ -266,14 +281,13 @@ def peer_ssh(request: dict) -> list[str]:
             "-p", str(request.get("peer_port", 22)), "-l", str(request.get("peer_user", "root"))]
 
 
-def cleanup(root: str, name: str, remove_fleet_keys: bool) -> dict:
-    """Drop the serve dir of this store (hard links only: the live store is untouched),
-    the shipped helper and, unless kept, the fleet key."""
+def cleanup(root: str, name: str) -> dict:
+    """Drop the fleet key (every run's), the serve dir of this store (hard links only: the
+    live store is untouched) and the shipped helper."""
+    keys = remove_keys()
     path = os.path.join(serve_root(root), name)
     shutil.rmtree(path, ignore_errors=True)
-    result = {"removed": path}
-    if remove_fleet_keys:
-        result.update(remove_keys())
+    result = {"removed": path, "removed_runs": keys["removed_runs"]}
     here = os.path.dirname(os.path.abspath(__file__))
     if here == os.path.abspath(helper_dir(root)):  # only the copy the driver shipped
         shutil.rmtree(here, ignore_errors=True)
@@ -290,21 +304,21 @@ def main() -> None:
         with open(os.path.join(here, request["manifest_file"])) as handle:
             manifest = json.load(handle)
     if command == "prepare":
-        # The fleet key (when the driver manages it) arrives in the same round trip.
-        installed = install_keys(root, request["keys"]) if request.get("keys") else {}
-        result = prepare(root, subdir, manifest)
-        if installed.get("warning"):
-            result["warning"] = installed["warning"]
+        # Before anything else: what earlier runs left goes; this run's fleet key (not in
+        # push mode) arrives in the same round trip.
+        if request.get("keys"):
+            keys = install_keys(root, request["keys"])
+        else:
+            keys = {"fleet_key": "none", "stale_runs": remove_keys()["removed_runs"]}
+        result = {**prepare(root, subdir, manifest), **keys}
     elif command == "pull":
         result = pull(root, subdir, manifest, request)
     elif command == "verify":
         result = verify_files(root, subdir, manifest, request["files"])
     elif command == "promote":
         result = finish(root, subdir, manifest)
-    elif command == "keys":
-        result = install_keys(root, request)
     elif command == "cleanup":
-        result = cleanup(root, request["name"], bool(request.get("remove_keys")))
+        result = cleanup(root, request["name"])
     else:
         raise SystemExit(f"unknown command {command}")
     json.dump(result, sys.stdout)

@@ -110,8 +110,7 @@ def wipe(nodes: list[Node]) -> None:
 
 def run_once(nodes: list[Node], store: Path, manifest: dict, push: bool) -> dict:
     wipe(nodes)
-    options = Options(root=ROOT, subdir="hub", pieces=PIECES, push=push,
-                      key_file=Path(tempfile.gettempdir()) / "specfleet-bench-fanout" / "id_ed25519")
+    options = Options(root=ROOT, subdir="hub", pieces=PIECES, push=push)
     started = time.monotonic()
     result = Runner(nodes, store, manifest, options).run()
     seconds = time.monotonic() - started

@@ -6,7 +6,13 @@ login user `nvidia` (sudo with a password, which rsync cannot answer), not root.
    gone afterwards.
 2. The driver distributes a new version while a unit that already serves pieces loses
    its link mid-copy: the others still complete from other sources, and no unit (the
-   dead one included) has a partial store live.
+   dead one included) has a partial store live. The fleet key is gone from every unit
+   but the dead one, which the result names; the next run removes it there first.
+3. A unit without rrsync gets no fleet key at all (it would be a shell for every peer): it
+   is served by the controller only and serves no peer; the others hold only a confined
+   key of this run while it lasts; afterwards every authorized_keys is as it was.
+4. The role's fan-out killed mid-copy (SIGKILL: the driver cleans nothing up): the role's
+   `always` removes the fleet key from every unit, and no unit has a partial store live.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +35,7 @@ from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
-from tests.conftest import require_no_lab, trust_lab_host_keys, unavailable
+from tests.conftest import on_unit, require_no_lab, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 
@@ -54,14 +63,14 @@ def lab_units() -> Iterator[list[Node]]:
         lab.down(cfg)
 
 
-def make_store(base: Path, salt: bytes) -> dict:
+def make_store(base: Path, salt: bytes, blob_kib: int = 384) -> dict:
     repo = base / "hub" / NAME
     shutil.rmtree(repo, ignore_errors=True)
     (repo / "blobs").mkdir(parents=True)
     (repo / "snapshots" / "main").mkdir(parents=True)
     for index in range(16):
-        # 6 MiB in all; rsync cannot shortcut random bytes.
-        (repo / "blobs" / f"b{index:02d}").write_bytes(salt + os.urandom(384 * 1024 - len(salt)))
+        # 6 MiB in all by default; rsync cannot shortcut random bytes.
+        (repo / "blobs" / f"b{index:02d}").write_bytes(salt + os.urandom(blob_kib * 1024 - len(salt)))
         os.symlink(f"../../blobs/b{index:02d}", repo / "snapshots" / "main" / f"shard-{index:02d}")
     (manifest,) = cache.write_manifests(base, "hub")
     return manifest
@@ -114,7 +123,7 @@ def test_role_distributes_and_every_live_store_verifies(lab_units, tmp_path):
         [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(REPO / "inventory/lab"),
          str(REPO / "playbooks/distribute.yml"),
          "-e", f"specfleet_fanout_store={store}", "-e", f"specfleet_fanout_name={NAME}",
-         "-e", f"specfleet_fanout_root={ROOT}", "-e", f"specfleet_fanout_key_file={tmp_path}/fleet_key"],
+         "-e", f"specfleet_fanout_root={ROOT}"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     for node in lab_units:
@@ -148,17 +157,25 @@ def test_source_dies_mid_distribution(lab_units, tmp_path):
             subprocess.run(["ip", "-n", cfg.bridge_netns, "link", "set", port_of(data["source"]), "down"],
                            check=True)
 
-    options = Options(root=ROOT, subdir="hub", pieces=8,
-                      key_file=tmp_path / "fleet_key", rsync_timeout=15)
+    options = Options(root=ROOT, subdir="hub", pieces=8, rsync_timeout=15)
     try:
         result = Runner(lab_units, store, manifest, options, on_event).run()
+        dead = killed.get("name")
+        # While its link is still down: the driver removed the key from every unit it reaches.
+        for node in lab_units:
+            if node.name != dead:
+                assert fleet_entries(node) == [], node.name
     finally:
         if killed:
             subprocess.run(["ip", "-n", cfg.bridge_netns, "link", "set", port_of(killed["name"]), "up"],
                            check=True)
     assert killed, "no unit ever served a peer"
-    dead = killed["name"]
     assert result["units"][dead].startswith("dead"), result
+    # The dead unit still holds this run's key, and the result says so and when it goes.
+    assert list(result["fleet_key"]["may_remain"]) == [dead], result["fleet_key"]
+    assert result["fleet_key"]["may_remain"][dead].endswith(f"removed at the start of the next run that reaches {dead}")
+    assert [entry.split()[-1] for entry in fleet_entries(by_name[dead])] == [
+        f"specfleet-fanout:{result['fleet_key']['run']}"]
     for name, status in result["units"].items():
         if name != dead:
             assert status == "live", result
@@ -172,3 +189,145 @@ def test_source_dies_mid_distribution(lab_units, tmp_path):
             assert state["live"] != manifest["id"] or state["bad"] == [], state
         else:
             assert state == {"live": manifest["id"], "bad": []}, node.name
+
+
+def fleet_entries(node: Node) -> list[str]:
+    """The fleet key entries (any run) in the login user's authorized_keys, and a line per
+    fleet key file left in ~/.ssh."""
+    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
+
+    proc = ssh(node, "cat ~/.ssh/authorized_keys 2>/dev/null; echo '--- ls'; ls -1 ~/.ssh")
+    assert proc.returncode == 0, proc.stderr
+    authorized, listing = proc.stdout.split("--- ls\n", 1)
+    entries = [line for line in authorized.splitlines() if fleet_key.fleet_run(line) is not None]
+    return entries + [f"file {name}" for name in listing.split() if name.startswith("specfleet_fanout")]
+
+
+def authorized_keys(node: Node) -> str:
+    """The login user's authorized_keys without fleet entries (what the run must leave as it is)."""
+    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
+
+    return fleet_key.without_fleet_entries(ssh(node, "cat ~/.ssh/authorized_keys").stdout)[0]
+
+
+def test_the_next_run_removes_what_a_dead_unit_kept_first(lab_units, tmp_path):
+    """After test_source_dies_mid_distribution: its dead unit's key goes at the next run's
+    start (prepare), before any copy, even in push mode (which installs no key)."""
+    store = tmp_path / "store"
+    manifest = make_store(store, b"v2b")
+    result = Runner(lab_units, store, manifest, Options(root=ROOT, subdir="hub", pieces=2, push=True)).run()
+    assert result["ok"], result
+    for node in lab_units:
+        assert fleet_entries(node) == [], node.name
+
+
+def test_unit_without_rrsync_gets_no_key_and_is_served_by_the_controller(lab_units, tmp_path):
+    store = tmp_path / "store"
+    manifest = make_store(store, b"v3")
+    bare = lab_units[1]
+    before = {node.name: authorized_keys(node) for node in lab_units}
+    during: dict[str, list[str]] = {}
+
+    def on_event(kind: str, data: dict) -> None:
+        # Every unit is prepared (keys installed) and no copy has started yet.
+        if kind == "prepared":
+            for node in lab_units:
+                during[node.name] = fleet_entries(node)
+
+    hidden = on_unit(bare.name, "mv /usr/bin/rrsync /usr/bin/rrsync.specfleet-test && ! command -v rrsync")
+    assert hidden.returncode == 0, hidden.stderr
+    try:
+        assert ssh(bare, "command -v rrsync").returncode != 0  # not on the login user's PATH either
+        runner = Runner(lab_units, store, manifest, Options(root=ROOT, subdir="hub", pieces=8, rsync_timeout=15),
+                        on_event)
+        result = runner.run()
+    finally:
+        on_unit(bare.name, "mv /usr/bin/rrsync.specfleet-test /usr/bin/rrsync")
+    assert all(status == "live" for status in result["units"].values()), result
+    run = result["fleet_key"]["run"]
+    # No fleet key on the unit without rrsync, not even the private one.
+    assert during[bare.name] == [], during
+    for node in lab_units:
+        if node.name == bare.name:
+            continue
+        (entry, *files) = during[node.name]
+        assert entry.startswith('restrict,from="') and f'rrsync -ro {ROOT}/.specfleet/serve"' in entry, entry
+        assert entry.endswith(f" specfleet-fanout:{run}"), entry
+        assert files == ["file specfleet_fanout", "file specfleet_fanout_known_hosts"], during[node.name]
+    assert list(result["fleet_key"]["refused"]) == [bare.name]
+    message = result["fleet_key"]["refused"][bare.name]
+    assert message.startswith(f"{bare.name}: rrsync not found") and "/usr/bin/rrsync" in message
+    starts = [e for e in runner.log if e["event"] == "start"]
+    assert {e["source"] for e in starts if e["target"] == bare.name} == {"controller"}
+    assert not [e for e in starts if e["source"] == bare.name]
+    assert any(e["source"] not in ("controller", bare.name) for e in starts)  # the others still fan out
+    # Afterwards: no fleet key anywhere, every authorized_keys exactly as before the run.
+    assert result["fleet_key"]["may_remain"] == {}
+    for node in lab_units:
+        assert fleet_entries(node) == [], node.name
+        assert ssh(node, "cat ~/.ssh/authorized_keys").stdout == before[node.name], node.name
+        assert live_state(node, manifest) == {"live": manifest["id"], "bad": []}, node.name
+
+
+def processes(wanted: Callable[[list[str]], bool]) -> list[int]:
+    """Processes whose argument list ``wanted`` accepts."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if wanted(argv):
+            found.append(int(entry.name))
+    return found
+
+
+def test_role_run_killed_mid_copy_leaves_no_fleet_key(lab_units, tmp_path):
+    store = tmp_path / "store"
+    manifest = make_store(store, b"v4", blob_kib=2048)  # 32 MiB: the copies outlast the polling
+    temporary = Path(tempfile.gettempdir())  # where the driver makes its run's directory
+    runs_before = set(temporary.glob("sf-fo-*"))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    log = tmp_path / "play.log"
+    with log.open("w") as sink:
+        play = subprocess.Popen(
+            [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(REPO / "inventory/lab"),
+             str(REPO / "playbooks/distribute.yml"),
+             "-e", f"specfleet_fanout_store={store}", "-e", f"specfleet_fanout_name={NAME}",
+             "-e", f"specfleet_fanout_root={ROOT}"],
+            cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+
+    def is_driver(argv: list[str]) -> bool:  # `specfleet distribute --store <this store> ...`
+        return "distribute" in argv and "--store" in argv and str(store) in argv
+
+    killed = []
+    try:
+        # Kill the driver once the fleet key is on a unit (copies are under way then).
+        deadline = time.monotonic() + 300
+        while not killed and time.monotonic() < deadline and play.poll() is None:
+            if [entry for entry in fleet_entries(lab_units[0]) if not entry.startswith("file ")]:
+                for pid in processes(is_driver):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.2)
+        play.wait(timeout=600)
+    finally:
+        if play.poll() is None:
+            play.kill()
+        # What the killed driver could not clean up on the controller: its ssh masters and
+        # its temporary directory (the run's private key).
+        for leftover in set(temporary.glob("sf-fo-*")) - runs_before:
+            for pid in processes(lambda argv, d=leftover: any(f"ControlPath={d}/" in arg for arg in argv)):
+                os.kill(pid, signal.SIGTERM)
+            shutil.rmtree(leftover, ignore_errors=True)
+    output = log.read_text()
+    assert killed, "the fleet key never appeared on a unit"
+    assert play.returncode != 0, output[-4000:]
+    assert "Remove the fleet key from the unit, whatever happened" in output, output[-4000:]
+    for node in lab_units:
+        assert fleet_entries(node) == [], (node.name, output[-3000:])
+        state = live_state(node, manifest)
+        # The new version verified in full, or what was live before: never a partial store.
+        assert state["live"] != manifest["id"] or state["bad"] == [], (node.name, state)

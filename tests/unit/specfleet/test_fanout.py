@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,6 +184,23 @@ def test_push_mode_uses_only_the_controller():
     assert len(first) == 4 and {t.source for t in first} == {fo.CONTROLLER}
 
 
+def test_controller_only_unit_receives_from_the_controller_and_serves_no_one():
+    """A unit without rrsync holds no fleet key: no peer may copy to or from it."""
+    sched = fo.Scheduler(UNITS[:6], 4, have={"u00": range(4)}, controller_slots=2,
+                         controller_only={"u00", "u03"})
+    copies = []
+    while not sched.finished():
+        wave = sched.assign()
+        assert wave, "stuck"
+        for transfer in wave:
+            sched.succeeded(transfer)
+        copies += wave
+    assert all(sched.complete(unit) for unit in UNITS[:6])
+    assert {t.source for t in copies if t.target == "u03"} == {fo.CONTROLLER}
+    assert not [t for t in copies if t.source in ("u00", "u03")]  # u00 holds everything, serves nothing
+    assert any(t.source not in (fo.CONTROLLER,) for t in copies)  # the others still fan out
+
+
 def test_bad_input():
     with pytest.raises(ValueError):
         fo.Scheduler([fo.CONTROLLER])
@@ -188,6 +208,8 @@ def test_bad_input():
         fo.Scheduler(["a", "a"])
     with pytest.raises(ValueError):
         fo.Scheduler(["a"], unit_slots=0)
+    with pytest.raises(ValueError, match="controller_only names no target: b"):
+        fo.Scheduler(["a"], controller_only={"b"})
 
 
 # ---- simulator -------------------------------------------------------------------------
@@ -289,28 +311,110 @@ def test_helper_links_unchanged_files_from_live_version(tmp_path):
     assert info2["link_dest"].endswith(manifest["id"])
 
 
-def test_authorized_line_is_restricted(tmp_path):
-    line = fu.authorized_line("/var/lib/x", "ssh-ed25519 AAAAkey old-comment", ["10.0.0.2", "10.0.0.3"],
-                              "/usr/bin/rrsync")
-    assert line == ('restrict,from="10.0.0.2,10.0.0.3",command="/usr/bin/rrsync -ro /var/lib/x/.specfleet/serve" '
-                    "ssh-ed25519 AAAAkey specfleet-fanout")
+# ---- the fleet key on a unit -------------------------------------------------------------
+ADMIN = "ssh-ed25519 AAAAadmin admin@controller"
 
 
-def test_install_and_remove_keys(tmp_path, monkeypatch):
+def key_request(run_id="run2", peers=("10.0.0.2",)):
+    return {"run_id": run_id, "public_key": f"ssh-ed25519 AAAAfleet{run_id} specfleet-fanout:{run_id}",
+            "private_key": "PRIVATE\n", "known_hosts": "10.0.0.2 ssh-ed25519 AAAAhost\n", "from": list(peers)}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A login user's home with an authorized_keys an earlier run left two fleet entries in:
+    the fail-open one of releases before run ids, and one of run1."""
     monkeypatch.setenv("HOME", str(tmp_path))
     ssh = tmp_path / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "authorized_keys").write_text(
+        f"{ADMIN}\n"
+        'restrict,from="10.0.0.2" ssh-ed25519 AAAAold specfleet-fanout\n'
+        'restrict,command="/usr/bin/rrsync -ro /r/.specfleet/serve" ssh-ed25519 AAAAfleetrun1 specfleet-fanout:run1\n')
+    (ssh / "authorized_keys").chmod(0o644)
+    (ssh / "specfleet_fanout").write_text("OLD PRIVATE\n")
+    return ssh
+
+
+def test_install_replaces_every_earlier_runs_key_with_a_confined_one(home, monkeypatch):
+    monkeypatch.setattr(fu, "find_rrsync", lambda: "/usr/bin/rrsync")
+    result = fu.install_keys("/var/lib/x", key_request())
+    assert result["fleet_key"] == "installed" and result["stale_runs"] == ["", "run1"]
+    lines = (home / "authorized_keys").read_text().splitlines()
+    assert lines == [ADMIN, 'restrict,from="10.0.0.2",command="/usr/bin/rrsync -ro /var/lib/x/.specfleet/serve" '
+                            "ssh-ed25519 AAAAfleetrun2 specfleet-fanout:run2"]
+    assert oct((home / "authorized_keys").stat().st_mode & 0o777) == "0o644"  # as it was
+    assert (home / "specfleet_fanout").read_text() == "PRIVATE\n"
+    assert oct((home / "specfleet_fanout").stat().st_mode & 0o777) == "0o600"
+
+
+def test_without_rrsync_no_key_is_installed_and_old_ones_go(home, monkeypatch):
+    """Fails closed: the old helper installed `restrict,from=` alone (a shell for every peer)."""
+    monkeypatch.setattr(fu, "find_rrsync", lambda: None)
+    result = fu.install_keys("/var/lib/x", key_request())
+    assert result == {"fleet_key": "refused", "reason": "rrsync not found", "stale_runs": ["", "run1"]}
+    assert (home / "authorized_keys").read_text() == f"{ADMIN}\n"
+    assert not (home / "specfleet_fanout").exists() and not (home / "specfleet_fanout_known_hosts").exists()
+
+
+def test_find_rrsync_takes_path_or_the_packaged_places(monkeypatch, tmp_path):
+    monkeypatch.setattr(fu.shutil, "which", lambda name: "/opt/bin/rrsync")
+    assert fu.find_rrsync() == "/opt/bin/rrsync"
+    monkeypatch.setattr(fu.shutil, "which", lambda name: None)
+    monkeypatch.setattr(fu.os, "access", lambda path, mode: path == "/usr/local/bin/rrsync")
+    assert fu.find_rrsync() == "/usr/local/bin/rrsync"
+    monkeypatch.setattr(fu.os, "access", lambda path, mode: False)
+    assert fu.find_rrsync() is None
+
+
+def test_install_then_remove_leaves_authorized_keys_as_it_found_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(fu, "find_rrsync", lambda: "/usr/bin/rrsync")
+    ssh = tmp_path / ".ssh"
     ssh.mkdir()
-    (ssh / "authorized_keys").write_text("ssh-ed25519 AAAAadmin admin@controller\n")
-    fu.install_keys(str(tmp_path / "root"), {"public_key": "ssh-ed25519 AAAAfleet x", "private_key": "PRIVATE\n",
-                                             "known_hosts": "10.0.0.2 ssh-ed25519 AAAAhost\n", "from": ["10.0.0.2"]})
-    fu.install_keys(str(tmp_path / "root"), {"public_key": "ssh-ed25519 AAAAfleet x", "private_key": "PRIVATE\n",
-                                             "known_hosts": "", "from": []})
-    lines = (ssh / "authorized_keys").read_text().splitlines()
-    assert lines[0] == "ssh-ed25519 AAAAadmin admin@controller" and len(lines) == 2
-    assert oct((ssh / "specfleet_fanout").stat().st_mode & 0o777) == "0o600"
-    fu.remove_keys()
-    assert (ssh / "authorized_keys").read_text() == "ssh-ed25519 AAAAadmin admin@controller\n"
-    assert not (ssh / "specfleet_fanout").exists()
+    before = f"# admins\n{ADMIN}\n\nssh-rsa AAAAB3other ops@laptop\n"
+    (ssh / "authorized_keys").write_text(before)
+    fu.install_keys(str(tmp_path / "root"), key_request())
+    removed = fu.remove_keys()
+    assert removed["changed"] and removed["removed_runs"] == ["run2"]
+    assert sorted(removed["removed_files"]) == [str(ssh / "specfleet_fanout"),
+                                                str(ssh / "specfleet_fanout_known_hosts")]
+    assert (ssh / "authorized_keys").read_text() == before
+    assert sorted(p.name for p in ssh.iterdir()) == ["authorized_keys"]
+    assert fu.remove_keys() == {"changed": False, "removed_entries": [], "removed_runs": [], "removed_files": []}
+
+
+def test_remove_keys_dry_run_changes_nothing(home):
+    before = (home / "authorized_keys").read_text()
+    result = fu.remove_keys(dry_run=True)
+    assert result["changed"] and result["removed_runs"] == ["", "run1"]
+    assert (home / "authorized_keys").read_text() == before and (home / "specfleet_fanout").exists()
+
+
+def test_remove_keys_removes_a_file_that_held_only_fleet_entries(tmp_path):
+    (tmp_path / "authorized_keys").write_text("ssh-ed25519 AAAAx specfleet-fanout:run1\n")
+    assert fu.remove_keys(str(tmp_path))["removed_runs"] == ["run1"]
+    assert not (tmp_path / "authorized_keys").exists()
+
+
+def test_shipped_helper_prepare_sweeps_old_keys_before_anything_else(home, tmp_path):
+    """As the driver runs it on a unit: the files of HELPER_FILES alone, outside the collection."""
+    from specfleet import fanout_run as fr
+
+    shipped = tmp_path / "root" / ".specfleet" / "fanout"
+    shipped.mkdir(parents=True)
+    for name in fr.HELPER_FILES:
+        (shipped / name).write_bytes((fr.UNIT_HELPER_DIR / name).read_bytes())
+    manifest, _ = make_store(tmp_path / "ctrl")
+    request = {"root": str(tmp_path / "root"), "subdir": "hub", "manifest": manifest}
+    proc = subprocess.run([sys.executable, "-I", str(shipped / "fanout_unit.py"), "prepare"],
+                          input=json.dumps(request), capture_output=True, text=True, check=False,
+                          env={"HOME": str(home.parent), "PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["fleet_key"] == "none" and result["stale_runs"] == ["", "run1"]
+    assert (home / "authorized_keys").read_text() == f"{ADMIN}\n"
+    assert not (home / "specfleet_fanout").exists()
 
 
 def test_cleanup_drops_serve_dir_keeps_live_store(tmp_path):
@@ -320,7 +424,7 @@ def test_cleanup_drops_serve_dir_keeps_live_store(tmp_path):
     copy_into(repo, info["staging_dir"], manifest["files"])
     fu.verify_files(root, "hub", manifest, list(manifest["files"]))
     assert fu.finish(root, "hub", manifest)["problems"] == []
-    fu.cleanup(root, manifest["name"], remove_fleet_keys=False)
+    fu.cleanup(root, manifest["name"])
     assert not os.path.exists(info["serve_dir"])
     assert os.path.exists(fu.__file__)  # never removes anything but the shipped copy
     assert not sm.verify_tree(sm.StoreLayout(root, "hub", manifest["name"]).live, manifest, full=True)
@@ -331,7 +435,9 @@ class FakeRunner:
     """fanout_run.Runner with the remote calls replaced by bookkeeping."""
 
     @staticmethod
-    def make(units, dead_after=None, corrupt=()):
+    def make(units, dead_after=None, corrupt=(), no_rrsync=(), not_reached=(), push=False):
+        """``no_rrsync``: units whose prepare refuses the fleet key; ``not_reached``: units
+        whose setup fails (the helper never gets there)."""
         from specfleet import fanout_run as fr
 
         class Fake(fr.Runner):
@@ -340,21 +446,27 @@ class FakeRunner:
                 self.copies = []
                 self.corrupt = set(corrupt)
                 self.dead_units: set[str] = set()
+                self.calls: list[tuple[str, str, dict, bool]] = []
 
             def start_master(self, node):
-                pass
+                if node.name in not_reached:
+                    raise fr.RemoteError(node.name, "ssh", 255, "Connection timed out")
 
             def stop_masters(self):
                 pass
 
             def ship_helper(self, node):
-                pass
+                self.shipped.add(node.name)
 
-
-            def helper(self, node, command, request, timeout=None):
+            def helper(self, node, command, request, timeout=None, multiplex=True):
+                with self.lock:
+                    self.calls.append((command, node.name, request, multiplex))
+                if command == "cleanup" and node.name in self.dead_units:
+                    raise fr.RemoteError(node.name, command, 255, "No route to host")
                 if command == "prepare":
+                    refused = node.name in no_rrsync and request.get("keys")
                     return {"up_to_date": False, "have": [], "staging_dir": "/s", "serve_dir": "/v",
-                            "link_dest": None}
+                            "link_dest": None, "fleet_key": "refused" if refused else "installed"}
                 if command == "promote":
                     return {"problems": [], "changed": True}
                 return {}
@@ -380,7 +492,7 @@ class FakeRunner:
         manifest = {"name": "m", "id": "abc", "symlinks": {},
                     "files": {f"f{i}": {"size": 100, "sha256": "0"} for i in range(8)}}
         nodes = [fr.Node(name, f"10.0.0.{i + 10}") for i, name in enumerate(units)]
-        return Fake(nodes, Path("/nonexistent"), manifest, fr.Options(pieces=4))
+        return Fake(nodes, Path("/nonexistent"), manifest, fr.Options(pieces=4, push=push))
 
 
 def test_driver_loop_completes_and_counts_sources():
@@ -398,3 +510,65 @@ def test_driver_loop_survives_a_dying_source_and_corruption():
     assert all(result["units"][u] == "live" for u in UNITS[1:6])
     assert result["failures"] >= 2
     assert not result["ok"]
+
+
+# ---- the driver's fleet key: per run, fail closed, always removed ------------------------
+def test_run_id_is_the_start_time_and_a_token():
+    from specfleet import fanout_run as fr
+
+    assert fr.new_run_id(0, "abc123") == "19700101T000000Z-abc123"
+    assert fr.new_run_id() != fr.new_run_id()  # a random token: two runs in one second differ
+
+
+def test_driver_makes_a_new_key_per_run_and_drops_it_with_the_run():
+    runs = [FakeRunner.make(UNITS[:3]), FakeRunner.make(UNITS[:3])]
+    requests = []
+    for runner in runs:
+        result = runner.run()
+        assert result["ok"] and result["fleet_key"]["run"] == runner.run_id
+        (keys,) = {json.dumps(r["keys"]) for c, _, r, _ in runner.calls if c == "prepare"}
+        requests.append(json.loads(keys))
+        assert not runner.tmp.exists()  # the controller's copy of the private key is gone
+    assert runs[0].run_id != runs[1].run_id
+    assert requests[0]["private_key"] != requests[1]["private_key"]
+    for runner, keys in zip(runs, requests, strict=True):
+        assert keys["run_id"] == runner.run_id
+        assert keys["public_key"].endswith(f" specfleet-fanout:{runner.run_id}")
+        assert keys["from"] == ["10.0.0.10", "10.0.0.11", "10.0.0.12"]
+
+
+def test_driver_serves_a_unit_without_rrsync_from_the_controller_only():
+    runner = FakeRunner.make(UNITS[:6], no_rrsync=["u02"])
+    result = runner.run()
+    assert result["ok"] and result["units"]["u02"] == "live"
+    assert {t.source for t in runner.copies if t.target == "u02"} == {fo.CONTROLLER}
+    assert not [t for t in runner.copies if t.source == "u02"]
+    message = result["fleet_key"]["refused"]["u02"]
+    assert message.startswith("u02: rrsync not found") and "shell as root" in message
+    assert "/usr/bin/rrsync" in message and "/usr/local/bin/rrsync" in message
+    assert list(result["fleet_key"]["refused"]) == ["u02"]
+    assert any(e["event"] == "refused" and e["unit"] == "u02" for e in runner.log)
+
+
+def test_driver_cleanup_tries_units_that_dropped_out_and_names_what_may_remain():
+    """The old driver skipped dead units' cleanup: their fleet key stayed, unreported."""
+    runner = FakeRunner.make(UNITS[:6], dead_after=("u00", 6), not_reached=["u05"])
+    result = runner.run()
+    assert result["units"]["u00"].startswith("dead")
+    cleaned = {name: multiplex for command, name, _, multiplex in runner.calls if command == "cleanup"}
+    assert set(cleaned) == set(UNITS[:5])  # every unit the helper reached, the dead one too
+    assert cleaned["u00"] is False and cleaned["u01"] is True  # a dropped unit over a fresh connection
+    may_remain = result["fleet_key"]["may_remain"]
+    assert sorted(may_remain) == ["u00", "u05"]
+    assert may_remain["u00"].startswith("u00: a fleet key may remain there (cleanup failed")
+    assert "No route to host" in may_remain["u00"]
+    assert may_remain["u05"].startswith("u05: a fleet key may remain there (not reached this run")
+    assert all(m.endswith(f"removed at the start of the next run that reaches {u}") for u, m in may_remain.items())
+
+
+def test_push_mode_installs_no_key_and_still_cleans_up():
+    runner = FakeRunner.make(UNITS[:3], push=True)
+    result = runner.run()
+    assert result["ok"] and result["fleet_key"]["refused"] == {} and result["fleet_key"]["may_remain"] == {}
+    assert all(request == {} for command, _, request, _ in runner.calls if command == "prepare")
+    assert sorted(name for command, name, _, _ in runner.calls if command == "cleanup") == UNITS[:3]
