@@ -8,6 +8,15 @@ supplies the values from Vault or the environment at launch.
 
 Version 2 stores servings as structures; a version-1 record (servings as command lines) is
 read into version 2, so a unit keeps its known-good serving and the decisions taken for it.
+
+While a candidate is on trial (from the save before its first start until the run records its
+decision) the record holds a ``trial`` marker: the candidate, the run trying it and the
+known-good to return to. A run that never got to record its decision (killed, its unit lost)
+leaves the marker, and the next run (or rollback.yml) puts the known-good back first.
+
+A record that is there but cannot be read is never taken for an empty one: the next save would
+overwrite the known-good it may hold. ``parse`` raises ``UnreadableRecord`` and the rollout
+stops for that unit, the file left as it is (``unreadable_message`` says what to do).
 """
 
 from __future__ import annotations
@@ -27,20 +36,41 @@ def empty() -> dict[str, Any]:
     return {"version": RECORD_VERSION, "current": None, "known_good": None, "decisions": {}}
 
 
+class UnreadableRecord(ValueError):
+    """A release record that is there but is not one this specfleet reads (empty, not JSON,
+    not an object, another version, a serving slot that is not an object)."""
+
+
 def parse(text: str | None) -> dict[str, Any]:
-    """The record from the unit's file; an absent or unreadable file is an empty record
-    (a unit that never ran a rollout has no known-good serving)."""
-    if not text or not text.strip():
+    """The record from the unit's file; ``None``: there is no file (a unit that never ran a
+    rollout has no known-good serving). Anything else that is not a record raises
+    ``UnreadableRecord`` saying why: it may hold the unit's known-good."""
+    if text is None:
         return empty()
     try:
         record = json.loads(text)
-    except ValueError:
-        return empty()
+    except ValueError as exc:
+        raise UnreadableRecord(f"not valid JSON ({exc})") from None
     if not isinstance(record, dict):
-        return empty()
-    if record.get("version") == 1:
+        raise UnreadableRecord("not a JSON object")
+    if record.get("version") not in READ_VERSIONS:
+        raise UnreadableRecord(f"record version {record.get('version')!r}, this specfleet reads versions "
+                               f"{', '.join(map(str, READ_VERSIONS))}")
+    for slot in ("current", "known_good", "trial", "decisions"):
+        if record.get(slot) is not None and not isinstance(record[slot], dict):
+            raise UnreadableRecord(f"its {slot} is not a JSON object")
+    if record["version"] == 1:
         return _from_version_1(record)
-    return record if record.get("version") == RECORD_VERSION else empty()
+    return record
+
+
+def unreadable_message(host: str, path: str, problem: str) -> str:
+    """Why the rollout stops for ``host`` and what the user does next, in one line the report keeps
+    whole. The file is kept: a person reads it (the known-good may be recoverable by hand) and
+    repairs it or moves it aside; without a record the next rollout measures the unit afresh."""
+    return (f"{host}: release record {path} cannot be read ({problem}); nothing on {host} was changed and the "
+            f"file is kept (it may hold the known-good). Inspect it, then repair it or move it aside (on the unit: "
+            f"sudo mv {path} {path}.unreadable) and run again: {host} is then measured afresh from its baseline.")
 
 
 def _from_version_1(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,6 +115,43 @@ def baseline_serving(record: Mapping[str, Any], baseline: Mapping[str, Any], can
     if earlier in (None, candidate_id) or (kept_as is not None and earlier == kept_as):
         return known_good(record, baseline)
     return serving(record, baseline)
+
+
+def on_trial(record: Mapping[str, Any], candidate: Mapping[str, Any], run_id: str) -> dict[str, Any]:
+    """``candidate`` (or a variant of it: its draft lengths, its lighter retry, its per-batch-size
+    table) is about to start on the unit, not yet vetted: the record says which, in which run,
+    and the known-good the unit returns to if the run never records its decision."""
+    updated = copy.deepcopy(dict(record))
+    updated["trial"] = {
+        "spec_id": candidate["spec_id"],
+        "kind": candidate["kind"],
+        **serving_module.speculation(candidate),
+        "run_id": run_id,
+        "known_good_spec_id": (record.get("known_good") or {}).get("spec_id"),
+    }
+    return updated
+
+
+def interrupted_trial(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The trial marker a run left unfinished (None: no trial was interrupted)."""
+    return record.get("trial")
+
+
+def trial_over(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial is decided (or its serving is no longer on the unit): no marker. A record
+    without one is returned as it is, so an unchanged re-run writes nothing new."""
+    updated = copy.deepcopy(dict(record))
+    updated.pop("trial", None)
+    return updated
+
+
+def trial_sentence(marker: Mapping[str, Any]) -> str:
+    """What was on trial, for a report: "the speculative serving 1a2b3c4d (eagle3, k=5) in run R"."""
+    details = ", ".join(str(value) for value in (marker.get("method"),
+                                                 f"k={marker['num_speculative_tokens']}"
+                                                 if marker.get("num_speculative_tokens") else None) if value)
+    return (f"the {marker.get('kind') or 'candidate'} serving {str(marker.get('spec_id') or '?')[:8]}"
+            f"{f' ({details})' if details else ''} in run {marker.get('run_id') or '?'}")
 
 
 def forget_known_good(record: Mapping[str, Any], spec_id: str) -> dict[str, Any]:

@@ -27,7 +27,15 @@ apply. At each step it hands what happened to one of these pure functions (throu
   for a c=8 regression alone: ``bands``, ``serving`` (the measured serving with it), ``without``
   (the verdict on the candidate without it) and ``since`` (its blocks start at the baseline
   block before its first);
-- ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop).
+- ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop);
+- ``interrupted_trial``: the trial an earlier run left unfinished (release.on_trial), when the
+  record has one: ``marker``, ``known_good`` (the serving put back first, None when there is
+  none) and ``reason`` (what became of it, for the report, once known).
+
+Before the first candidate starts, the record saved with the serving baseline carries a trial
+marker (``baseline_serving``); ``finish`` clears it with the decision. A run that never gets
+there (killed, its unit lost) leaves it, and the next run starts by putting the known-good back
+(``trial_rolled_back``), as rollback.yml does.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ def _state(**fields: Any) -> State:
         "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
         "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
         "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "table": None,
-        "max_blocks": 0,
+        "max_blocks": 0, "interrupted_trial": None,
     }
     state.update(fields)
     return state
@@ -76,13 +84,11 @@ def start(
     otherwise the unit is measured, starting from its baseline. ``sweeping``: the unit is its
     key's canary and measures each draft length of its plan's sweep (specfleet.sweep);
     ``max_blocks``: the gate's budget (specfleet_gate_max_blocks), a sweep's own when sweeping.
-    A unit planned with its canary's choice keeps it in its record."""
-    if plan.get("refused"):
-        outcome = {"decision": "failed", "reasons": [f"plan refused: {'; '.join(plan.get('reasons') or [])}"],
-                   "serving": None}
-        return _state(outcome=outcome, done=True)
-    baseline = serving.for_unit(plan["baseline_serving"], env, mounts, secret_env_names)
-    candidate = serving.for_unit(plan["serving"], env, mounts, secret_env_names)
+    A unit planned with its canary's choice keeps it in its record. A record left with a trial
+    marker (``interrupted_trial``) means the unit may serve that unvetted candidate: its
+    known-good is served first, also for a refused plan; with no known-good to return to, the
+    unit is measured (a refused plan: reported). ``record_text`` None: the unit has no record;
+    one that cannot be read raises release.UnreadableRecord."""
     record = release.parse(record_text)
     known_good = record.get("known_good")
     if known_good and sorted(known_good.get("secret_env_names") or []) != sorted(secret_env_names):
@@ -90,20 +96,31 @@ def start(
         # recorded before an API key was set must not come back without it on a revert.
         record = {**record, "known_good": serving.for_unit(known_good, known_good["env"], known_good["mounts"],
                                                            secret_env_names)}
+    interrupted = _interrupted(record)
+    if plan.get("refused"):
+        outcome = {"decision": "failed", "reasons": [f"plan refused: {'; '.join(plan.get('reasons') or [])}"],
+                   "serving": None}
+        return _state(outcome=outcome, done=True, record=record, interrupted_trial=interrupted)
+    baseline = serving.for_unit(plan["baseline_serving"], env, mounts, secret_env_names)
+    candidate = serving.for_unit(plan["serving"], env, mounts, secret_env_names)
     planned = plan.get("sweep") or {}
     if (not sweeping and planned.get("chosen") is not None
             and (sweep.recorded(record, plan) or {}).get("chosen") != planned["chosen"]):
         # The key's choice, for a re-run of this unit alone (a record that holds it already, as
         # the canary's own does, is left as it is: an unchanged re-run writes nothing new).
         record = release.swept(record, planned["key"], {name: planned[name] for name in ("chosen", "canary", "tokens")})
-    state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks)
+    state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks,
+                   interrupted_trial=interrupted)
     if sweeping and planned:
         state["sweep"] = {"not_started": []}
         state["max_blocks"] = sweep.max_blocks(planned["tokens"])
     elif plan.get("batch_table"):
         # The candidate with its table takes up to a budget of its own, after the last baseline.
         state["max_blocks"] = 2 * max_blocks - 1
-    earlier = None if remeasure else release.previous_decision(record, candidate["spec_id"])
+    # An interrupted trial with no known-good to go back to: measuring serves the baseline in
+    # place of whatever the unit runs (a decision reused could leave the candidate serving).
+    unguarded = interrupted is not None and interrupted["known_good"] is None
+    earlier = None if remeasure or unguarded else release.previous_decision(record, candidate["spec_id"])
     if earlier is None:
         return state
     if earlier.get("decision") == "kept":
@@ -143,6 +160,52 @@ def earlier_did_not_start(state: Mapping[str, Any], failure_class: str) -> State
                    remeasure_reasons=[*state["remeasure_reasons"], reason])
 
 
+def _interrupted(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    marker = release.interrupted_trial(record)
+    if marker is None:
+        return None
+    known_good = record.get("known_good")
+    reason = None if known_good else (f"{_interrupted_sentence(marker)}; there was no known-good serving to "
+                                      "return to")
+    return {"marker": dict(marker), "known_good": known_good, "reason": reason}
+
+
+def _interrupted_sentence(marker: Mapping[str, Any]) -> str:
+    return f"the previous run was interrupted during the trial of {release.trial_sentence(marker)}"
+
+
+def _serving_name(spec: Mapping[str, Any]) -> str:
+    return f"{spec['kind']} serving {spec['spec_id'][:8]}"
+
+
+def trial_rolled_back(state: Mapping[str, Any]) -> State:
+    """The known-good serves again after an interrupted trial: the trial is over, and the rollout
+    goes on from ``start``'s state (what it decided to serve next is still to be served)."""
+    interrupted = state["interrupted_trial"]
+    known_good = interrupted["known_good"]
+    reason = (f"{_interrupted_sentence(interrupted['marker'])}: rolled back to the known-good "
+              f"{_serving_name(known_good)} first")
+    record = release.trial_over(state["record"])
+    if state["serve"] is None:  # nothing else to serve before measuring (or a refused plan): the known-good serves
+        record = release.serving(record, known_good)
+    return _evolve(state, record=record, interrupted_trial={**interrupted, "reason": reason})
+
+
+def trial_rollback_did_not_start(state: Mapping[str, Any], failure_class: str) -> State:
+    """The known-good did not start again after an interrupted trial: it is no longer what
+    rollback returns to, and the unit is measured from its baseline (which then is). A refused
+    plan measures nothing: its record keeps the marker and the known-good for the next run."""
+    interrupted = state["interrupted_trial"]
+    known_good = interrupted["known_good"]
+    cause = (f"{_interrupted_sentence(interrupted['marker'])}; its known-good {_serving_name(known_good)} did "
+             f"not start again ({failure_class or 'failed'})")
+    if state["candidate"] is None:
+        return _evolve(state, interrupted_trial={**interrupted, "reason": f"{cause}: the next run tries again"})
+    record = release.forget_known_good(release.trial_over(state["record"]), known_good["spec_id"])
+    return _evolve(state, record=record, earlier=None, outcome=None, done=False, serve=None,
+                   interrupted_trial={**interrupted, "reason": f"{cause}: measured again from the baseline"})
+
+
 def _placed_retry(plan: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, Any] | None:
     """The plan's out-of-memory variant (``oom_retry``) as the unit runs it: the candidate's
     environment, mounts and secret names."""
@@ -175,10 +238,14 @@ def _measuring(state: Mapping[str, Any], side: str | None, tokens: int | None = 
     return updated
 
 
-def baseline_serving(state: Mapping[str, Any]) -> State:
+def baseline_serving(state: Mapping[str, Any], plan: Mapping[str, Any], run_id: str) -> State:
     """The baseline serves while the candidate is measured; it is the known-good unless
-    another serving already is (release.baseline_serving). Measuring starts with it."""
+    another serving already is (release.baseline_serving). Measuring starts with it. The record
+    saved now, before any candidate starts, says the candidate is on trial (release.on_trial),
+    unless the plan has no speculative method (nothing but the baseline starts)."""
     record = release.baseline_serving(state["record"], state["baseline"], state["candidate"]["spec_id"])
+    if plan.get("speculative") is not None:
+        record = release.on_trial(record, state["candidate"], run_id)
     return _measuring(state, paired.BASELINE, record=record, serve=None)
 
 
@@ -465,7 +532,19 @@ def _rollback_sentence(state: Mapping[str, Any]) -> str:
 def finish(state: Mapping[str, Any], run_id: str) -> State:
     """What the unit records: its outcome, and the decision for this candidate so an
     unchanged re-run does not measure again (a failure only once the baseline served and
-    was measured: before that it says nothing about the candidate)."""
+    was measured: before that it says nothing about the candidate). The trial is over: the
+    record's marker goes (a refused plan's stays, its trial unresolved). The outcome says what
+    became of an interrupted trial (the record's decision does not: it is about the candidate)."""
+    finished = _finished(state, run_id)
+    if state["candidate"] is not None:
+        finished["record"] = release.trial_over(finished["record"])
+    reason = (state.get("interrupted_trial") or {}).get("reason")
+    if reason and finished["outcome"] is not None:
+        finished["outcome"] = {**finished["outcome"], "reasons": [*finished["outcome"]["reasons"], reason]}
+    return finished
+
+
+def _finished(state: Mapping[str, Any], run_id: str) -> State:
     if state.get("earlier") is not None or state["candidate"] is None:
         return _evolve(state)  # a reused decision or a refused plan: nothing new to decide
     record = state["record"]
@@ -519,8 +598,15 @@ def unit_record(state: Mapping[str, Any], plan: Mapping[str, Any], host: str, ru
 
 # ---- rollback.yml --------------------------------------------------------------------------
 def rollback(record_text: str | None) -> State:
-    """playbooks/rollback.yml: serve the record's known-good (None when it has none)."""
+    """playbooks/rollback.yml: serve the record's known-good (None when it has none). A trial an
+    interrupted run left is over once it serves (``interrupted_trial`` says which)."""
     record = release.parse(record_text)
     known_good = record.get("known_good")
-    return _state(record=release.serving(record, known_good) if known_good else record, serve=known_good,
-                  done=True)
+    interrupted = _interrupted(record)
+    if known_good is None:
+        return _state(record=record, done=True, interrupted_trial=interrupted)
+    if interrupted is not None:
+        interrupted["reason"] = (f"{_interrupted_sentence(interrupted['marker'])}: rolled back to the known-good "
+                                 f"{_serving_name(known_good)}")
+    return _state(record=release.serving(release.trial_over(record), known_good), serve=known_good, done=True,
+                  interrupted_trial=interrupted)

@@ -147,10 +147,8 @@ def spec_summary(spec: Any) -> dict[str, Any] | None:
 
 
 def read_release(section: Section | None) -> tuple[dict[str, Any] | None, str, str | None]:
-    """(record, state, problem). state: present, missing, unreadable, malformed.
-
-    Unlike ``release.parse`` (which the rollout uses to start afresh), a broken record is
-    reported here, not silently treated as empty."""
+    """(record, state, problem). state: present, missing, unreadable, malformed (a file the
+    rollout stops on, release.UnreadableRecord, as it does)."""
     if section is None:
         return None, "unreadable", f"{RELEASE_FILE}: no answer (the command was cut short)"
     if section.rc != "0":
@@ -159,21 +157,21 @@ def read_release(section: Section | None) -> tuple[dict[str, Any] | None, str, s
         reason = re.sub(r"^(sudo: )?cat: [^:]*: ", "", _first_line(section.text))  # the path is said once
         return None, "unreadable", f"{RELEASE_FILE}: cannot read: {reason}"
     try:
-        record = json.loads(section.text)
-    except ValueError as exc:
-        return None, "malformed", f"{RELEASE_FILE}: not valid JSON ({exc})"
-    if not isinstance(record, dict):
-        return None, "malformed", f"{RELEASE_FILE}: not a JSON object"
-    if record.get("version") not in release_module.READ_VERSIONS:
-        return (
-            None,
-            "malformed",
-            (
-                f"{RELEASE_FILE}: record version {record.get('version')!r}, "
-                f"this specfleet reads versions {', '.join(map(str, release_module.READ_VERSIONS))}"
-            ),
-        )
-    return release_module.parse(section.text), "present", None
+        return release_module.parse(section.text), "present", None
+    except release_module.UnreadableRecord as exc:
+        return None, "malformed", f"{RELEASE_FILE}: {exc}"
+
+
+def interrupted_trial(record: Mapping[str, Any] | None, host: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the trial marker an interrupted rollout left, problem): the unit may serve that unvetted
+    candidate until a rollout or rollback.yml puts its known-good back."""
+    marker = release_module.interrupted_trial(record or {})
+    if not marker:
+        return None, None
+    return dict(marker), (
+        f"interrupted trial of {release_module.trial_sentence(marker)}: it may still serve it; "
+        f"rollout.yml or rollback.yml -l {host} returns it to its known-good"
+    )
 
 
 def read_container(section: Section | None) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -260,7 +258,9 @@ def identify_current(
         "num_speculative_tokens": speculation["num_speculative_tokens"],
         "image": running["image"],
     }
-    problem = "the serving container matches no spec in the release record (started by hand?)" if record else None
+    # An interrupted rollout's candidate is on the unit until the next run or rollback.yml.
+    guess = "the candidate of the interrupted trial?" if _mapping(record).get("trial") else "started by hand?"
+    problem = f"the serving container matches no spec in the release record ({guess})" if record else None
     return unnamed, (False if record else None), problem
 
 
@@ -314,6 +314,7 @@ def unit_status(read: UnitRead) -> dict[str, Any]:
         "current_is_known_good": None,
         "known_good": None,
         "release_record": "unknown",
+        "trial": None,
         "last": None,
         "problems": [],
         "seconds": round(read.seconds, 2) if read.seconds is not None else None,
@@ -322,6 +323,8 @@ def unit_status(read: UnitRead) -> dict[str, Any]:
         return row
     problems: list[str] = []
     record, row["release_record"], problem = read_release(read.sections.get("release"))
+    problems += [problem] if problem else []
+    row["trial"], problem = interrupted_trial(record, read.host)
     problems += [problem] if problem else []
     container, row["serving"], problem = read_container(read.sections.get("container"))
     problems += [problem] if problem else []
@@ -630,7 +633,8 @@ def _serving_text(row: Mapping[str, Any]) -> str:
     if serving == "exited" and exit_status is not None:
         serving = f"exited ({exit_status})"
     style = SERVING_STYLE.get(row["serving"], "yellow")
-    return f"[{style}]{escape(serving)}[/{style}]"
+    trial = "\n[red]interrupted trial[/red]" if row.get("trial") else ""
+    return f"[{style}]{escape(serving)}[/{style}]{trial}"
 
 
 def _current_text(row: Mapping[str, Any]) -> str:

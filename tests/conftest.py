@@ -107,14 +107,29 @@ def on_unit(
     )
 
 
+def _lab_playbook_argv(name: str, *extra: str) -> list[str]:
+    return [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(LAB_INVENTORY), f"playbooks/{name}",
+            *extra]
+
+
 def lab_playbook(name: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`ansible-playbook -i inventory/lab playbooks/<name> ...` from the checkout, as a user runs it."""
-    binary = Path(sys.executable).with_name("ansible-playbook")
     return subprocess.run(
-        [str(binary), "-i", str(LAB_INVENTORY), f"playbooks/{name}", *extra],
+        _lab_playbook_argv(name, *extra),
         cwd=REPO, capture_output=True, text=True, timeout=3600,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
     )
+
+
+def start_lab_playbook(name: str, *extra: str, env: dict | None = None, output: Path) -> subprocess.Popen:
+    """`lab_playbook`, started and not waited for, in a process group of its own (a test kills the
+    whole run, its forks and SSH connections with it, as a user's Ctrl-C or a dead laptop would),
+    its output into the file ``output``."""
+    with output.open("w") as handle:
+        return subprocess.Popen(
+            _lab_playbook_argv(name, *extra), cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})}, start_new_session=True,
+        )
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

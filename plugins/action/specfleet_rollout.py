@@ -22,17 +22,19 @@ except ImportError as exc:
 else:
     SPECFLEET_IMPORT_ERROR = None
 
-STEPS = ("start", "earlier_did_not_start", "baseline_serving", "candidate_did_not_start", "block_measured",
-         "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
+STEPS = ("start", "trial_rolled_back", "trial_rollback_did_not_start", "earlier_did_not_start", "baseline_serving",
+         "candidate_did_not_start", "block_measured", "failed", "rollback_did_not_start", "rolled_back", "finish",
+         "rollback")
 # What each step reads from its arguments (the rest comes from the unit's variables).
 ARGUMENTS = {
-    "start": ("record", "serve_env", "serve_mounts", "secret_env_names", "remeasure"),
+    "start": ("record", "record_path", "serve_env", "serve_mounts", "secret_env_names", "remeasure"),
+    "trial_rollback_did_not_start": ("failure_class",),
     "earlier_did_not_start": ("failure_class",),
     "candidate_did_not_start": ("task", "result"),
     "block_measured": ("bench", "resolved_speculative_config"),
     "failed": ("task", "result"),
     "rollback_did_not_start": ("failure_class",),
-    "rollback": ("record",),
+    "rollback": ("record", "record_path"),
 }
 
 
@@ -61,6 +63,14 @@ class ActionModule(ActionBase):
                 return {**result, "failed": True, "msg": f"step {step} needs a rollout started with step start"}
         run_id = task_vars.get("specfleet_run_id", "")
         facts = {}
+        if step in ("start", "rollback"):
+            try:
+                release.parse(args["record"])
+            except release.UnreadableRecord as exc:
+                # Before anything on the unit is touched; nothing writes over the file.
+                host = task_vars["inventory_hostname"]
+                return {**result, "failed": True, "changed": False, "failure_class": "release_record_unreadable",
+                        "msg": release.unreadable_message(host, args["record_path"] or "the release record", str(exc))}
         if step == "start":
             plan, sweeping = self._unit_plan(plan, args, task_vars)
             facts["specfleet_plan"] = plan
@@ -100,9 +110,11 @@ class ActionModule(ActionBase):
                                  args["max_blocks"])
         if step == "rollback":
             return rollout.rollback(args["record"])
-        if step in ("earlier_did_not_start", "rollback_did_not_start"):
+        if step in ("trial_rollback_did_not_start", "earlier_did_not_start", "rollback_did_not_start"):
             return getattr(rollout, step)(state, args["failure_class"] or "failed")
-        if step in ("baseline_serving", "rolled_back"):
+        if step == "baseline_serving":
+            return rollout.baseline_serving(state, plan, run_id)
+        if step in ("trial_rolled_back", "rolled_back"):
             return getattr(rollout, step)(state)
         if step == "candidate_did_not_start":
             policy = self._templar.template(task_vars.get("specfleet_policy"))

@@ -25,9 +25,15 @@ description:
     sweep key's canary (C(specfleet_canaries)) measures each draft length of its plan's sweep;
     the key's other units take the one the canary chose, and C(start) sets their
     C(specfleet_plan) fact to it;
+    a record with a trial marker (a run that was killed or lost its unit before it recorded its
+    decision) names the known-good to serve first, also for a refused plan; C(trial_rolled_back)
+    says it serves, C(trial_rollback_did_not_start) that it did not (the unit is measured from its
+    baseline); a record that cannot be read fails the step with C(failure_class)
+    C(release_record_unreadable), naming the host and the file, which nothing overwrites;
     C(earlier_did_not_start) measures again when that decided serving no longer starts;
-    C(baseline_serving) makes the serving baseline the known-good unless another is and starts
-    the measurement; C(block_measured) takes one block's bench (baseline, speculative,
+    C(baseline_serving) makes the serving baseline the known-good unless another is, puts the
+    trial marker on the record (saved before any candidate starts) and starts the measurement;
+    C(block_measured) takes one block's bench (baseline, speculative,
     baseline, then more pairs while the gate asks) and, after a baseline block that follows a
     speculative one, gates them all (on a keep the candidate serves again as the known-good,
     on a revert the known-good serves; a revert for the primary workload's c=8 regression alone,
@@ -38,8 +44,9 @@ description:
     its table not starting is reverted as measured without it); C(failed) says
     why a step failed and starts the rollback to the known-good; C(rollback_did_not_start) falls
     back to this run's measured baseline, then to nothing; C(rolled_back) records what the rollback started; C(finish)
-    makes the unit's outcome and records the decision for the candidate.
-  - C(rollback) is the start of the playbook C(specfleet.fleet.rollback) (the record's known-good).
+    makes the unit's outcome and records the decision for the candidate, clearing the trial marker.
+  - C(rollback) is the start of the playbook C(specfleet.fleet.rollback) (the record's known-good; a
+    trial marker is cleared once it serves).
 version_added: "0.2.0"
 author: specfleet contributors (@specfleet)
 options:
@@ -47,10 +54,17 @@ options:
     description: The step that just happened, or the one to take.
     type: str
     required: true
-    choices: [start, earlier_did_not_start, baseline_serving, candidate_did_not_start, block_measured, failed,
-              rollback_did_not_start, rolled_back, finish, rollback]
+    choices: [start, trial_rolled_back, trial_rollback_did_not_start, earlier_did_not_start, baseline_serving,
+              candidate_did_not_start, block_measured, failed, rollback_did_not_start, rolled_back, finish, rollback]
   record:
-    description: The unit's release record as read (empty when it has none); C(start) and C(rollback).
+    description:
+      - The unit's release record as read, null when the unit has none; C(start) and C(rollback).
+      - A record that is there but cannot be read (empty, not JSON, not an object, an unknown
+        version) fails the step; it is never taken for an empty one.
+    type: str
+  record_path:
+    description: Where the record is on the unit, for the error about a record that cannot be read; C(start) and
+      C(rollback).
     type: str
   serve_env:
     description: The serving container's environment; C(start).
@@ -69,7 +83,7 @@ options:
     default: false
   failure_class:
     description: Why the serving did not start (the launch module's class);
-      C(earlier_did_not_start) and C(rollback_did_not_start).
+      C(trial_rollback_did_not_start), C(earlier_did_not_start) and C(rollback_did_not_start).
     type: str
   bench:
     description: The M(specfleet.fleet.spec_bench) result of the block that completed; C(block_measured).
@@ -101,7 +115,8 @@ EXAMPLES = r"""
 - name: Start from the plan, the record and any earlier decision for this candidate
   specfleet.fleet.specfleet_rollout:
     step: start
-    record: "{{ specfleet_release_raw.content | default('') | b64decode }}"
+    record: "{{ specfleet_release_raw.content | b64decode if specfleet_release_stat.stat.exists else none }}"
+    record_path: "{{ specfleet_release_file }}"
     serve_env: "{{ specfleet_serve_env }}"
     serve_mounts: "{{ specfleet_serve_mounts }}"
     secret_env_names: "{{ specfleet_secret_env_names }}"
@@ -126,11 +141,14 @@ ansible_facts:
           (null for none); C(next) and C(next_serving) the side and serving to measure next
           (null when measuring is over), C(blocks) the blocks measured so far; C(outcome) the
           unit's result so far and C(unit_record) its file for the report; C(done) means nothing
-          more to measure, C(failed) that the unit counts as failed.
+          more to measure, C(failed) that the unit counts as failed; C(interrupted_trial) the trial
+          an earlier run left unfinished (C(known_good) the serving to put back first, C(reason)
+          what became of it), null when there is none.
       returned: success
       type: dict
 failure_class:
-  description: Why the candidate did not start (the launch module's class), when C(candidate_did_not_start) fails.
+  description: Why the candidate did not start (the launch module's class), when C(candidate_did_not_start) fails;
+    C(release_record_unreadable) when C(start) or C(rollback) fails on the record.
   returned: failure
   type: str
 decisive_lines:

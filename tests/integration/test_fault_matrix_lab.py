@@ -15,8 +15,10 @@ unit (the emulator's fault switches only where a real vLLM fault cannot be provo
 | orinnx-01       | link down mid-rollout, back 90 s later         | reported unreachable; a re-run recovers it |
 | orinnano-01     | wrong image tag                                | refused in prepare, serving untouched      |
 
-For every unit: it ends serving a known-good config, no cache is left half-replaced, the
-report names the cause, and the other units are unaffected. The out-of-memory, rejected
+For every unit: it ends serving a known-good config (its running container's config-hash label
+and command line, not only its release record, say so), no cache is left half-replaced, the
+report names the cause, and the other units are unaffected (the control unit's known-good and
+running container are the same before and after). The out-of-memory, rejected
 speculative config and mid-benchmark crash cases are in test_rollout_lab.py; disk full during
 rsync and a gated model missing from the store in test_prepare_faults_lab.py.
 """
@@ -32,7 +34,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 
+from specfleet import serving
 from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit
 from tests.conftest import lab_playbook as playbook
 
@@ -43,6 +47,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 HOST_VARS_HEADER = "# Written by tests/integration/test_fault_matrix_lab.py for one run; removed after it.\n"
 SERVING = "specfleet-vllm"
 RELEASE = "/var/lib/specfleet/release.json"
+HASH_LABEL = LAYOUT["config_hash_label"]
 HF_HUB = "/var/lib/specfleet/huggingface/hub"
 LINK_DOWN_S = 90
 # 10 % of the unit's packets dropped each way. `tc netem` is what one would use, but this
@@ -96,6 +101,28 @@ def serving_id(host: str) -> str:
     return ok(host, f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}}' {SERVING} 2>/dev/null || true").strip()
 
 
+def running_serving(host: str) -> dict:
+    """The serving container as the unit's own dockerd runs it, not as its release record says:
+    vllm_container's config-hash label, its image and arguments (after the entrypoint), its state."""
+    (container,) = json.loads(ok(host, f"docker inspect {SERVING}"))
+    return {"config_hash": (container["Config"]["Labels"] or {}).get(HASH_LABEL), "image": container["Config"]["Image"],
+            "args": container["Args"], "status": container["State"]["Status"]}
+
+
+def assert_serves_known_good(host: str, release: dict, before: dict | None = None) -> dict:
+    """The unit's running container is its record's known-good: the same command line (the one
+    rendering, specfleet.serving.argv), running; and, when ``before`` (the known-good and the
+    container the unit served before the fault) is that same known-good, the same config hash."""
+    running = running_serving(host)
+    known_good = release["known_good"]
+    assert running["status"] == "running", running
+    assert (running["image"], running["args"]) == (known_good["image"], serving.argv(known_good)[1:]), (
+        f"{host} does not run its known-good {known_good['kind']} serving: {running['args']}")
+    if before is not None and before["release"]["known_good"]["spec_id"] == known_good["spec_id"]:
+        assert running["config_hash"] == before["serving"]["config_hash"], (running, before["serving"])
+    return running
+
+
 def served_model(host: str) -> str:
     return ok(host, "curl -sf http://127.0.0.1:8000/v1/models")
 
@@ -142,7 +169,8 @@ def known_good(fleet_lab):
     (earlier modules' fault switches cleared). One wave: this run only has to leave a
     known-good on each unit, so canary waves would only make it longer. After the default
     lane's modules (the suite runs slow lanes last) it measures only the units whose
-    candidate an earlier module's fault made fail."""
+    candidate an earlier module's fault made fail. Per unit: its release record and the
+    serving container it runs then (its known-good, config hash included)."""
     clear_faults()
     result = playbook("site.yml", "-e", '{"specfleet_rollout_serial": ["100%"]}')
     assert result.returncode == 0, result.stdout[-6000:]
@@ -157,7 +185,11 @@ def known_good(fleet_lab):
                          '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_remeasure": true}')
         assert again.returncode == 0, again.stdout[-6000:]
         releases.update({host: json.loads(ok(host, f"cat {RELEASE}")) for host in failed})
-    return {host: releases[host] for host in ("thor-02", "orinnano-01", CONTROL)}
+    before = {}
+    for host, release in releases.items():
+        assert release["current"] == release["known_good"] and "trial" not in release, (host, release)
+        before[host] = {"release": release, "serving": assert_serves_known_good(host, release)}
+    return before
 
 
 @pytest.fixture(scope="module")
@@ -229,13 +261,17 @@ def test_every_unit_is_in_the_report(faulted):
     ("thor-01", "docker_unavailable"),
     ("agxorin-jp6-01", "never_ready"),
 ])
-def test_launch_faults_end_on_the_known_good(faulted, host, failure_class):
+def test_launch_faults_end_on_the_known_good(faulted, known_good, host, failure_class):
     record = faulted["records"][host]
     assert record["decision"] == "failed", record["reasons"]
     assert record["failure"]["failure_class"] == failure_class, record["reasons"]
     release = json.loads(ok(host, f"cat {RELEASE}"))
     assert release["current"] == release["known_good"], release
     assert record["serving"] == release["known_good"]["kind"], record["reasons"]
+    assert "trial" not in release, release
+    # Not only the record: the container the unit runs is its known-good (the same config hash as
+    # before the fault when the known-good is the same serving).
+    assert_serves_known_good(host, release, known_good[host])
     # A known-good that is an earlier kept candidate hits the same fault when it starts
     # again (the switch applies to any speculative server): then the unit serves the
     # baseline it served and measured in this run.
@@ -261,12 +297,19 @@ def test_prepare_refusals_leave_the_serving_untouched(faulted, known_good, host,
     assert record["decision"] == "failed" and record["serving"] == "unchanged", record
     assert cause in record["reasons"][0], record["reasons"]
     assert serving_id(host) == faulted["before"][host], "the unit's serving container was restarted"
-    assert json.loads(ok(host, f"cat {RELEASE}"))["current"] == known_good[host]["current"]
+    assert json.loads(ok(host, f"cat {RELEASE}"))["current"] == known_good[host]["release"]["current"]
+    assert running_serving(host)["config_hash"] == known_good[host]["serving"]["config_hash"]
 
 
-def test_control_unit_is_unaffected(faulted):
+def test_control_unit_is_unaffected(faulted, known_good):
     record = faulted["records"][CONTROL]
     assert record["decision"] == lab_decision(CONTROL), record["reasons"]
+    # Its known-good, and the container it runs, are the ones it had before the faulted run.
+    release = json.loads(ok(CONTROL, f"cat {RELEASE}"))
+    assert release["known_good"] == known_good[CONTROL]["release"]["known_good"]
+    assert release["current"] == release["known_good"] and "trial" not in release, release
+    running = assert_serves_known_good(CONTROL, release, known_good[CONTROL])
+    assert running["config_hash"] == known_good[CONTROL]["serving"]["config_hash"]
 
 
 def test_lossy_link_copy_is_complete(faulted):
@@ -303,19 +346,35 @@ def verify_live_caches(host: str) -> None:
         assert files == expected, f"{host}: {repo_dir} differs from its manifest"
 
 
-def test_unreachable_unit_is_reported_and_recovers(faulted):
-    record = faulted["records"]["orinnx-01"]
+def test_unreachable_unit_is_reported_and_recovers(faulted, known_good, tmp_path):
+    host = "orinnx-01"
+    record = faulted["records"][host]
     assert record["decision"] == "failed" and record["failure"]["failure_class"] == "unreachable", record
-    assert "rollout.yml -l orinnx-01" in " ".join(record["reasons"])
+    assert f"rollout.yml -l {host}" in " ".join(record["reasons"])
     # Back later: the link returns by itself; the re-run the report asks for recovers the unit.
     deadline = time.monotonic() + LINK_DOWN_S + 60
-    while not answers_ssh("orinnx-01"):
-        assert time.monotonic() < deadline, "orinnx-01 did not come back"
+    while not answers_ssh(host):
+        assert time.monotonic() < deadline, f"{host} did not come back"
         time.sleep(3)
-    again = playbook("rollout.yml", "-l", "orinnx-01")
+    # What the lost run left: its candidate started (the link went down then), unvetted, while the
+    # record still says the baseline serves; the trial marker names that candidate.
+    left = json.loads(ok(host, f"cat {RELEASE}"))
+    assert left["trial"]["kind"] == "speculative" and left["current"]["kind"] == "baseline", left
+    assert "--speculative-config" in running_serving(host)["args"]
+    again = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path)})
     assert again.returncode == 0, again.stdout[-4000:]
-    release = json.loads(ok("orinnx-01", f"cat {RELEASE}"))
+    rerun = json.loads(next(tmp_path.glob(f"*/units/{host}.json")).read_text())
+    (interrupted,) = [reason for reason in rerun["reasons"]
+                      if reason.startswith("the previous run was interrupted during the trial of")]
+    assert f"serving {left['trial']['spec_id'][:8]}" in interrupted and "rolled back to the known-good" in interrupted
+    release = json.loads(ok(host, f"cat {RELEASE}"))
     decided = [decision["decision"] for decision in release["decisions"].values()]
-    assert decided and decided[-1] == lab_decision("orinnx-01")
+    assert decided and decided[-1] == lab_decision(host)
     assert release["current"] == release["known_good"] and release["current"]["kind"] == "baseline"
-    assert '"object":"list"' in served_model("orinnx-01").replace(" ", "")
+    assert "trial" not in release, release
+    # Not left on the unvetted speculative serving: the container runs the known-good baseline,
+    # the same configuration (config hash) it served before the faulted run.
+    running = assert_serves_known_good(host, release, known_good[host])
+    assert "--speculative-config" not in running["args"]
+    assert running["config_hash"] == known_good[host]["serving"]["config_hash"]
+    assert '"object":"list"' in served_model(host).replace(" ", "")

@@ -1,6 +1,7 @@
 """Single-unit rollouts on the lab's emulated units, each under a fault or a setting of its own:
 out of memory at start, a kept serving that no longer starts, a rejected TensorRT-LLM config, a
-port from the policy, a reboot, a precision the GPU cannot run, and a canary's draft-length sweep.
+port from the policy, a rollout killed while its candidate is on trial, a reboot, a precision the
+GPU cannot run, and a canary's draft-length sweep.
 
 A slow lane (CI runs it): the default lane's test_rollout_lab.py rolls the whole fleet out
 once; these start from each unit's decision, and make it themselves when that module did not
@@ -11,16 +12,28 @@ CUDA vLLM (the emulator, labelled as such) are stood in for.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from specfleet_lab import lab
 
 from specfleet import serving
-from tests.conftest import LAB_INVENTORY, REPO, changed_tasks, lab_decision, on_unit, recap, serving_options
+from tests.conftest import (
+    LAB_INVENTORY,
+    REPO,
+    changed_tasks,
+    lab_decision,
+    on_unit,
+    recap,
+    serving_options,
+    start_lab_playbook,
+)
 from tests.conftest import lab_playbook as playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]
@@ -158,6 +171,82 @@ def test_a_port_from_the_policy_is_served_waited_on_and_measured(decided, tmp_pa
     assert release["current"] == release["known_good"] and release["current"]["port"] == 8000
     assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
     assert on_unit(host, "curl -sf http://127.0.0.1:9000/health").returncode != 0
+
+
+def running_container(host: str) -> dict | None:
+    """The serving container as the unit's dockerd runs it (None while there is none): its id, its
+    state, its arguments after the entrypoint and vllm_container's config-hash label."""
+    inspected = on_unit(host, f"docker inspect {LAYOUT['serving_container']}", timeout=20)
+    if inspected.returncode != 0:
+        return None
+    (container,) = json.loads(inspected.stdout)
+    return {"id": container["Id"], "status": container["State"]["Status"], "args": container["Args"],
+            "config_hash": (container["Config"]["Labels"] or {}).get(LAYOUT["config_hash_label"])}
+
+
+def test_a_rollout_killed_after_its_candidate_started_is_rolled_back_by_the_next_run(fleet_lab, decided, tmp_path):
+    """A rollout killed (SIGKILL to ansible-playbook's process group: no rescue, no cleanup, as a
+    controller that dies) once its speculative candidate is up leaves that candidate serving,
+    unvetted, while the release record says the baseline serves; the record's trial marker names
+    it. The next run puts the known-good back first (the same configuration: config hash), its
+    unit record says the previous run was interrupted during that trial, and it goes on as usual
+    (here: the unit's earlier decision, reused); a run after that changes nothing."""
+    host = "thor-01"
+    assert decided[host]["decision"] == "reverted"
+    before = json.loads(on_unit(host, f"cat {LAYOUT['release_file']}").stdout)
+    known_good = before["known_good"]
+    assert before["current"] == known_good and known_good["kind"] == "baseline" and "trial" not in before, before
+    serving_before = running_container(host)
+    assert serving_before["args"] == serving.argv(known_good)[1:], serving_before
+    # A speculative server that takes 20 s (the lab's time scale) to become ready: the window in
+    # which the run is killed with its candidate up.
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "startup_delay_s": 400})
+    log = tmp_path / "killed.log"
+    try:
+        run = start_lab_playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
+                                 env={"SPECFLEET_RUNS_DIR": str(tmp_path / "killed")}, output=log)
+        try:
+            deadline = time.monotonic() + 1200
+            while "--speculative-config" not in ((running_container(host) or {}).get("args") or []):
+                assert run.poll() is None, f"the rollout ended before its candidate started:\n{log.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, "the candidate never started"
+                time.sleep(0.5)
+        finally:
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            run.wait(timeout=60)
+    finally:
+        lab.set_faults(fleet_lab, host, None)
+    # The state the issue is about: the record says the known-good baseline, the unit runs the candidate.
+    left = json.loads(on_unit(host, f"cat {LAYOUT['release_file']}").stdout)
+    assert left["current"]["spec_id"] == known_good["spec_id"], left["current"]
+    trial = left["trial"]
+    assert (trial["kind"], trial["known_good_spec_id"]) == ("speculative", known_good["spec_id"]), trial
+    assert "--speculative-config" in running_container(host)["args"]
+
+    runs = tmp_path / "next"
+    again = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(runs)})
+    assert again.returncode == 0, again.stdout[-4000:]
+    record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+    assert record["decision"] == lab_decision(host) and record.get("reused_from"), record["reasons"]
+    assert record["reasons"][-1] == (
+        f"the previous run was interrupted during the trial of the speculative serving {trial['spec_id'][:8]} "
+        f"({trial['method']}, k={trial['num_speculative_tokens']}) in run {trial['run_id']}: rolled back to the "
+        f"known-good baseline serving {known_good['spec_id'][:8]} first"), record["reasons"]
+    after = json.loads(on_unit(host, f"cat {LAYOUT['release_file']}").stdout)
+    assert after["current"] == after["known_good"] == known_good and "trial" not in after, after
+    serving_after = running_container(host)
+    assert serving_after["status"] == "running" and serving_after["args"] == serving.argv(known_good)[1:]
+    assert serving_after["config_hash"] == serving_before["config_hash"]
+    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+
+    third = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path / "third")})
+    assert third.returncode == 0, third.stdout[-4000:]
+    assert recap(third.stdout)[host]["changed"] == 0, changed_tasks(third.stdout)
+    assert running_container(host)["id"] == serving_after["id"]
+    assert json.loads(on_unit(host, f"cat {LAYOUT['release_file']}").stdout) == after
 
 
 def test_a_rebooted_unit_serves_its_decided_config_again_without_a_rollout(fleet_lab, decided):

@@ -7,6 +7,8 @@ import io
 import json
 import re
 
+import pytest
+
 from specfleet import release, report, serving
 
 
@@ -123,8 +125,47 @@ def test_a_serving_that_did_not_start_is_forgotten_and_nothing_is_left():
     assert nothing["current"] is None and nothing["known_good"] is None
 
 
-def test_unreadable_record_means_no_known_good():
-    assert release.parse("{broken")["known_good"] is None
+@pytest.mark.parametrize(("text", "problem"), [
+    ("", "not valid JSON"),
+    ('{"version": 2, "current": ', "not valid JSON"),
+    ("[1, 2]", "not a JSON object"),
+    (json.dumps({**release.empty(), "version": 7}), "record version 7, this specfleet reads versions 1, 2"),
+    (json.dumps({**release.empty(), "known_good": "baseline"}), "its known_good is not a JSON object"),
+    (json.dumps({**release.empty(), "trial": ["x"]}), "its trial is not a JSON object"),
+])
+def test_a_record_that_cannot_be_read_is_never_taken_for_an_empty_one(text, problem):
+    # It may hold the unit's known-good: taken for an empty record, the next save would lose it.
+    with pytest.raises(release.UnreadableRecord, match=re.escape(problem)):
+        release.parse(text)
+
+
+def test_no_record_is_an_empty_one():
+    assert release.parse(None) == release.empty()
+
+
+def test_the_unreadable_record_message_names_the_host_the_file_and_what_to_do():
+    problem = "not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
+    message = release.unreadable_message("agxorin-jp72-01", "/var/lib/specfleet/release.json", problem)
+    assert message.startswith(f"agxorin-jp72-01: release record /var/lib/specfleet/release.json cannot be read "
+                              f"({problem}); nothing on agxorin-jp72-01 was changed and the file is kept")
+    assert "sudo mv /var/lib/specfleet/release.json /var/lib/specfleet/release.json.unreadable" in message
+    # The report keeps the first 500 characters of a failure's message (plugins/callback/specfleet_summary.py).
+    assert len(message) <= 500 and "\n" not in message
+
+
+def test_a_trial_marker_names_the_candidate_its_run_and_the_known_good_and_goes_with_the_decision():
+    base = unit_spec("baseline")
+    spec = unit_spec("speculative", {"method": "ngram", "num_speculative_tokens": 3})
+    record = release.on_trial(release.known_good(release.parse(None), base), spec, "r7")
+    assert release.interrupted_trial(record) == {
+        "spec_id": spec["spec_id"], "kind": "speculative", "method": "ngram", "num_speculative_tokens": 3,
+        "run_id": "r7", "known_good_spec_id": base["spec_id"]}
+    assert release.trial_sentence(record["trial"]) == (
+        f"the speculative serving {spec['spec_id'][:8]} (ngram, k=3) in run r7")
+    assert release.parse(json.dumps(record)) == record  # the marker survives the unit's file
+    over = release.trial_over(record)
+    assert release.interrupted_trial(over) is None and over == release.known_good(release.parse(None), base)
+    assert release.trial_over(over) == over  # no marker: the same record, nothing new to write
 
 
 def test_infrastructure_failures_are_measured_again():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from specfleet import policy as policy_module
 from specfleet import release, rollout, serving, sweep
 from tests.benches import ACCEPTANCE, bench
@@ -27,16 +29,17 @@ BASELINE_ONLY = {**PLAN, "speculative": None, "reasons": ["no speculative method
 BASELINE_BENCH = bench("baseline")
 FAST = bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
 SLOW = bench("speculative", 0.99, acceptance=ACCEPTANCE)
+RUN = "r0"  # the run that measures, in the trial marker
 
 
 def started(record: dict | None = None, plan: dict = PLAN, remeasure: bool = False, secrets=("HF_TOKEN",)) -> dict:
-    text = json.dumps(record) if record is not None else ""
+    text = json.dumps(record) if record is not None else None
     return rollout.start(plan, text, ENV, MOUNTS, list(secrets), remeasure)
 
 
 def measured_baseline(state: dict, plan: dict = PLAN) -> dict:
     """The first baseline block measured: the speculative side is next."""
-    return rollout.block_measured(rollout.baseline_serving(state), plan, BASELINE_BENCH, POLICY)
+    return rollout.block_measured(rollout.baseline_serving(state, plan, RUN), plan, BASELINE_BENCH, POLICY)
 
 
 def gated(state: dict, candidate: dict, plan: dict = PLAN, closing: dict = BASELINE_BENCH) -> dict:
@@ -57,7 +60,7 @@ def test_a_first_rollout_kept_becomes_the_known_good():
     state = started()
     assert not state["done"] and state["serve"] is None
     assert state["candidate"]["secret_env_names"] == ["HF_TOKEN"] and state["candidate"]["env"] == ENV
-    serving_baseline = rollout.baseline_serving(state)
+    serving_baseline = rollout.baseline_serving(state, PLAN, RUN)
     assert (serving_baseline["next"], serving_baseline["next_serving"]) == ("baseline", state["baseline"])
     state = measured_baseline(state)
     assert state["record"]["known_good"] == state["record"]["current"] == state["baseline"]
@@ -128,7 +131,7 @@ def test_secrets_configured_now_reach_the_known_good():
 
 def test_a_failure_before_the_baseline_was_measured_decides_nothing():
     failure = {"failure_class": "oom_at_start", "msg": "no memory"}
-    state = rollout.failed(rollout.baseline_serving(started()), "Serve the baseline", failure)
+    state = rollout.failed(rollout.baseline_serving(started(), PLAN, RUN), "Serve the baseline", failure)
     assert state["serve"] == state["baseline"]  # the baseline is the known-good of a first run
     final = rollout.finish(rollout.rolled_back(state), "r1")
     assert final["failed"] and final["record"]["decisions"] == {}
@@ -179,7 +182,7 @@ def test_the_unit_record_carries_the_plan():
 
 
 def test_rollback_serves_the_known_good_or_says_there_is_none():
-    assert rollout.rollback("")["serve"] is None
+    assert rollout.rollback(None)["serve"] is None
     placed = serving.for_unit(make("baseline"), ENV, MOUNTS, [])
     state = rollout.rollback(json.dumps(release.known_good(release.empty(), placed)))
     assert state["serve"] == placed and state["record"]["current"] == placed
@@ -274,9 +277,9 @@ LONG_DRAFT = bench("speculative", 1.69, c8_speed=1.2, chat_speed=0.74, acceptanc
 
 def canary_start(record: dict | None = None, plan: dict = SWEEP_PLAN, remeasure: bool = False) -> dict:
     """The start as the action takes it on the key's canary: its own record may keep the choice."""
-    own = release.parse(json.dumps(record) if record else "")
+    own = release.parse(json.dumps(record) if record else None)
     unit_plan, sweeping = sweep.unit_plan(plan, "u", {"k1": "u"}, own, None, remeasure)
-    return rollout.start(unit_plan, json.dumps(record) if record else "", ENV, MOUNTS, ["HF_TOKEN"], remeasure,
+    return rollout.start(unit_plan, json.dumps(record) if record else None, ENV, MOUNTS, ["HF_TOKEN"], remeasure,
                          sweeping, 5), unit_plan
 
 
@@ -333,7 +336,7 @@ def test_a_later_unit_keeps_its_canarys_choice_in_its_own_record():
     canary_record = rollout.finish(swept(SHORT_DRAFT, LONG_DRAFT)[-1], "r1")["record"]
     later_plan, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {"k1": "u"}, release.empty(), canary_record, False)
     assert not sweeping and later_plan["sweep"] == {"key": "k1", "tokens": [2, 5], "canary": "u", "chosen": 2}
-    state = rollout.start(later_plan, "", ENV, MOUNTS, [], False, False, 5)
+    state = rollout.start(later_plan, None, ENV, MOUNTS, [], False, False, 5)
     assert state["record"]["sweeps"]["k1"] == {"chosen": 2, "canary": "u", "tokens": [2, 5]}
     assert serving.speculation(state["candidate"])["num_speculative_tokens"] == 2
     # Run alone later, the unit is its key's first in the play: its record keeps the choice.
@@ -374,7 +377,7 @@ def test_one_longer_draft_is_measured_when_the_longest_is_best_and_mostly_accept
 
 def test_a_draft_length_that_does_not_start_is_a_revert_and_the_sweep_goes_on():
     plan = {**RETRY_PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
-    state = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, [], False, True, 5), plan)
+    state = measured_baseline(rollout.start(plan, None, ENV, MOUNTS, [], False, True, 5), plan)
     failed = rollout.candidate_did_not_start(state, plan, "Start the speculative serving", OOM)
     # The baseline serves in its place and is measured in this block; no lighter retry.
     assert failed["serve"] == failed["baseline"] and failed["retry"] is None and failed["failure"] is None
@@ -388,13 +391,13 @@ def test_a_draft_length_that_does_not_start_is_a_revert_and_the_sweep_goes_on():
                                                                                  "did not start (oom_at_start)")
     assert found["chosen"] == 5 and state["outcome"]["decision"] == "kept"
     # Not the canary: the unit measures its planned k, with its retry.
-    later = measured_baseline(rollout.start(plan, "", ENV, MOUNTS, [], False), plan)
+    later = measured_baseline(rollout.start(plan, None, ENV, MOUNTS, [], False), plan)
     assert later["next_tokens"] is None and later["next_serving"] == later["candidate"]
     assert rollout.candidate_did_not_start(later, plan, "Start", OOM)["retry"] is not None
 
 
 def test_a_canary_none_of_whose_draft_lengths_starts_reverts_saying_so():
-    state = measured_baseline(rollout.start(SWEEP_PLAN, "", ENV, MOUNTS, [], False, True, 5), SWEEP_PLAN)
+    state = measured_baseline(rollout.start(SWEEP_PLAN, None, ENV, MOUNTS, [], False, True, 5), SWEEP_PLAN)
     for _ in range(2):
         state = rollout.candidate_did_not_start(state, SWEEP_PLAN, "Start", OOM)
         state = rollout.block_measured(state, SWEEP_PLAN, BASELINE_BENCH, POLICY)
@@ -412,7 +415,7 @@ BANDS = [[1, 1, 5], [2, 8, 0]]
 def test_a_unit_that_wins_at_c1_and_loses_at_c8_is_measured_with_a_table_and_keeps_it():
     budget = POLICY["specfleet_gate_max_blocks"]
     # Room in the playbook's measuring loop for the table's blocks, a budget of their own.
-    assert rollout.start(TABLE_PLAN, "", ENV, MOUNTS, [], False, max_blocks=budget)["max_blocks"] == 2 * budget - 1
+    assert rollout.start(TABLE_PLAN, None, ENV, MOUNTS, [], False, max_blocks=budget)["max_blocks"] == 2 * budget - 1
     state = started(plan=TABLE_PLAN)
     state = gated(measured_baseline(state, TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
     # Reverted for c=8 alone: the candidate once more, drafting at batch 1 only.
@@ -482,7 +485,7 @@ def test_a_table_kept_earlier_is_on_trial_when_measured_again_and_a_revert_serve
     kept = kept_with_table()
     tabled = kept["serve"]
     assert kept["record"]["decisions"][kept["candidate"]["spec_id"]]["served_spec_id"] == tabled["spec_id"]
-    again = rollout.baseline_serving(started(kept["record"], plan=TABLE_PLAN, remeasure=True))
+    again = rollout.baseline_serving(started(kept["record"], plan=TABLE_PLAN, remeasure=True), TABLE_PLAN, RUN)
     assert again["record"]["known_good"] == again["baseline"]  # the table does not count while on trial
     state = rollout.block_measured(again, TABLE_PLAN, BASELINE_BENCH, POLICY)
     state = gated(gated(state, LOSES_UNDER_LOAD, TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
@@ -506,3 +509,139 @@ def test_a_table_that_stops_starting_reports_the_blocks_the_verdict_without_it_s
     assert stopped["outcome"]["decision"] == "reverted"
     assert stopped["outcome"]["speculative"] == rollout.slim(LOSES_UNDER_LOAD)  # not the table's block
     assert stopped["outcome"]["batch_table"] == {"table": BANDS, "decision": "did not start"}
+
+
+# ---- the trial marker: an interrupted run's candidate is never left serving ---------------------
+REFUSED = {**PLAN, "refused": True, "reasons": ["no vLLM image"]}
+
+
+def saved_on_trial(record: dict | None = None, plan: dict = PLAN) -> dict:
+    """The record as the run saved it right after its baseline started: what a run killed (or cut
+    off from its unit) once its candidate started leaves on the unit."""
+    return rollout.baseline_serving(started(record, plan=plan), plan, RUN)["record"]
+
+
+def test_the_trial_marker_is_saved_before_the_candidate_starts_and_goes_with_the_decision():
+    state = rollout.baseline_serving(started(), PLAN, RUN)
+    assert state["record"]["trial"] == {
+        "spec_id": state["candidate"]["spec_id"], "kind": "speculative", "method": "eagle3",
+        "num_speculative_tokens": 5, "run_id": RUN, "known_good_spec_id": state["baseline"]["spec_id"]}
+    state = rollout.block_measured(state, PLAN, BASELINE_BENCH, POLICY)
+    assert state["next"] == "speculative" and state["record"]["trial"]["spec_id"] == state["candidate"]["spec_id"]
+    for verdict in (FAST, SLOW):
+        final = rollout.finish(gated(state, verdict), "r1")
+        assert "trial" not in final["record"], verdict
+    failed = rollout.finish(rollout.rolled_back(rollout.failed(state, "Serve the speculative plan",
+                                                               {"failure_class": "server_died"})), "r1")
+    assert "trial" not in failed["record"]
+    # Nothing but the baseline starts without a speculative method: no trial.
+    assert "trial" not in rollout.baseline_serving(started(plan=BASELINE_ONLY), BASELINE_ONLY, RUN)["record"]
+
+
+def test_a_rerun_after_a_clean_rollout_writes_the_record_it_read():
+    for verdict in (FAST, SLOW):
+        record = rollout.finish(gated(measured_baseline(started()), verdict), "r1")["record"]
+        again = started(record)
+        assert again["interrupted_trial"] is None and again["done"]
+        assert json.dumps(rollout.finish(again, "r2")["record"], sort_keys=True) == json.dumps(record, sort_keys=True)
+
+
+def test_an_interrupted_trial_puts_the_known_good_back_first_and_says_so():
+    saved = saved_on_trial()
+    candidate, baseline = started()["candidate"], started()["baseline"]
+    state = started(saved)
+    assert state["interrupted_trial"]["known_good"] == baseline and state["interrupted_trial"]["reason"] is None
+    assert not state["done"]  # nothing was decided: measured, once the known-good serves
+    state = rollout.trial_rolled_back(state)
+    assert "trial" not in state["record"] and state["record"]["current"] == baseline
+    final = rollout.finish(gated(measured_baseline(state), FAST), "r2")
+    sentence = (f"the previous run was interrupted during the trial of the speculative serving "
+                f"{candidate['spec_id'][:8]} (eagle3, k=5) in run {RUN}: rolled back to the known-good baseline "
+                f"serving {baseline['spec_id'][:8]} first")
+    assert final["outcome"]["reasons"][-1] == sentence
+    assert rollout.unit_record(final, PLAN, "u", "r2")["reasons"][-1] == sentence
+    # The decision is about the candidate: a later reuse does not repeat the interruption.
+    assert sentence not in final["record"]["decisions"][candidate["spec_id"]]["reasons"]
+    assert "trial" not in final["record"] and final["record"]["known_good"] == candidate
+
+
+def test_an_interrupted_remeasure_goes_back_to_the_baseline_then_serves_the_earlier_decision():
+    kept = rollout.finish(gated(measured_baseline(started()), FAST), "r1")["record"]
+    # r2 measured the kept candidate again and was killed on its trial: the baseline is what it
+    # returns to (the candidate does not count as known-good while it is on trial).
+    saved = rollout.baseline_serving(started(kept, remeasure=True), PLAN, RUN)["record"]
+    assert saved["known_good"]["kind"] == "baseline"
+    assert saved["trial"]["known_good_spec_id"] == saved["known_good"]["spec_id"]
+    state = started(saved)
+    assert state["interrupted_trial"]["known_good"] == saved["known_good"]
+    assert state["done"] and state["serve"] == state["candidate"]  # the decision of r1, reused
+    state = rollout.trial_rolled_back(state)
+    assert state["record"]["current"] == state["candidate"] and "trial" not in state["record"]
+    final = rollout.finish(state, "r3")
+    assert final["outcome"]["reused_from"] == "r1" and final["outcome"]["reasons"][-1].endswith(" first")
+    assert final["record"]["decisions"] == kept["decisions"]
+
+
+def test_a_known_good_that_does_not_start_after_an_interrupted_trial_is_forgotten_and_the_unit_measured():
+    earlier = serving.for_unit(make("speculative", {"method": "ngram"}), ENV, MOUNTS, ["HF_TOKEN"])
+    reverted = rollout.finish(gated(measured_baseline(started(release.known_good(release.empty(), earlier))),
+                                    SLOW), "r1")["record"]
+    assert reverted["known_good"] == earlier
+    state = started(saved_on_trial(reverted))
+    assert state["done"] and state["serve"] == earlier  # reverted before: the known-good, reused
+    state = rollout.trial_rollback_did_not_start(state, "spec_config_rejected")
+    assert not state["done"] and state["earlier"] is None and state["serve"] is None
+    assert state["record"]["known_good"] is None
+    state = measured_baseline(state)
+    assert state["record"]["known_good"] == state["baseline"]  # what rollback returns to now
+    final = rollout.finish(gated(state, SLOW), "r2")
+    assert final["outcome"]["reasons"][-1].endswith(
+        f"its known-good speculative serving {earlier['spec_id'][:8]} did not start again (spec_config_rejected): "
+        "measured again from the baseline")
+
+
+def test_an_interrupted_trial_with_no_known_good_is_measured_not_reused():
+    record = rollout.finish(gated(measured_baseline(started()), SLOW), "r1")["record"]
+    candidate = started()["candidate"]
+    lost = {**release.on_trial(record, candidate, RUN), "known_good": None}  # a hand-edited record
+    state = started(lost)
+    assert state["interrupted_trial"]["known_good"] is None and not state["done"]
+    final = rollout.finish(gated(measured_baseline(state), SLOW), "r2")
+    assert final["outcome"]["reasons"][-1].endswith("there was no known-good serving to return to")
+    assert "trial" not in final["record"]
+
+
+def test_a_refused_plan_still_puts_the_known_good_back_after_an_interrupted_trial():
+    saved = saved_on_trial()
+    state = started(saved, plan=REFUSED)
+    assert state["done"] and state["serve"] is None and state["candidate"] is None
+    assert state["interrupted_trial"]["known_good"] == saved["known_good"]
+    final = rollout.finish(rollout.trial_rolled_back(state), "r2")
+    assert final["record"] == release.serving(release.trial_over(saved), saved["known_good"])
+    assert final["outcome"]["reasons"][0] == "plan refused: no vLLM image"
+    assert final["outcome"]["reasons"][-1].endswith(" first")
+    # The known-good did not start: the record keeps its marker and known-good for the next run.
+    kept = rollout.finish(rollout.trial_rollback_did_not_start(started(saved, plan=REFUSED), "never_ready"), "r2")
+    assert kept["record"] == saved and kept["outcome"]["reasons"][-1].endswith(": the next run tries again")
+    # No trial left: a refused plan has nothing to put back (and record.yml writes nothing).
+    assert started(release.trial_over(saved), plan=REFUSED)["interrupted_trial"] is None
+
+
+def test_rollback_ends_an_interrupted_trial():
+    saved = saved_on_trial()
+    state = rollout.rollback(json.dumps(saved))
+    assert state["serve"] == saved["known_good"] and "trial" not in state["record"]
+    assert state["record"]["current"] == saved["known_good"]
+    assert state["interrupted_trial"]["reason"].startswith("the previous run was interrupted during the trial of "
+                                                           "the speculative serving")
+    assert rollout.rollback(json.dumps(rollout.finish(gated(measured_baseline(started()), SLOW), "r1")["record"]))[
+        "interrupted_trial"] is None
+
+
+def test_a_record_that_cannot_be_read_stops_the_start_and_the_rollback():
+    with pytest.raises(release.UnreadableRecord, match="not valid JSON"):
+        rollout.start(PLAN, '{"version": 2, "known_g', ENV, MOUNTS, [], False)
+    with pytest.raises(release.UnreadableRecord, match="not a JSON object"):
+        rollout.rollback("[]")
+    with pytest.raises(release.UnreadableRecord, match="record version 3"):
+        rollout.start(REFUSED, json.dumps({**release.empty(), "version": 3}), ENV, MOUNTS, [], False)

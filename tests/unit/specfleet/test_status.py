@@ -86,6 +86,13 @@ def after(result: dict) -> str:
     return record_text(release.decided(record, CANDIDATE_SPEC["spec_id"], result))
 
 
+def on_trial() -> str:
+    """What a rollout killed while its candidate was on trial leaves: the baseline known-good and
+    serving (as saved before the candidate started) and the trial marker."""
+    record = release.known_good(release.parse(None), BASELINE_SPEC)
+    return record_text(release.on_trial(record, CANDIDATE_SPEC, "r9"))
+
+
 def inspect_text(spec: dict, state: str = "running", exit_code: int = 0) -> str:
     """`docker inspect` of a container vllm_container started for ``spec``."""
     params = {
@@ -233,6 +240,20 @@ CASES = [
         [f"{status.RELEASE_FILE}: cannot read: Permission denied"],
     ),
     ("empty-file", unit(ok(""), NO_CONTAINER), {"release_record": "malformed"}, ["not valid JSON"]),
+    (
+        "interrupted-trial",
+        unit(ok(on_trial()), ok(inspect_text(CANDIDATE_SPEC))),
+        {
+            "trial": {"spec_id": CANDIDATE_SPEC["spec_id"], "run_id": "r9"},
+            "current": {**status.spec_summary(CANDIDATE_SPEC), "spec_id": None},
+            "current_matches_record": False,
+        },
+        [
+            f"interrupted trial of the speculative serving {CANDIDATE_SPEC['spec_id'][:8]} (eagle3, k=5) in run r9: "
+            "it may still serve it; rollout.yml or rollback.yml -l thor-01 returns it to its known-good",
+            "matches no spec in the release record (the candidate of the interrupted trial?)",
+        ],
+    ),
     (
         "hand-started-container",
         unit(ok(after_kept()), ok(inspect_text(OTHER_SPEC))),
@@ -899,5 +920,8 @@ def test_table_shows_every_unit_and_escapes_markup():
     text = console.file.getvalue()
     assert f"{len(rows)} unit(s), {len(rows) - 1} reachable" in text
     assert "UNREACHABLE" in text and "[bold]odd[/bold] error" in text
+    # A unit an interrupted rollout left on trial says so in its serving cell; no other unit does.
+    assert [row["host"] for row in rows if "interrupted trial" in status._serving_text(row)] == ["thor-01"]
+    assert [case[0] for case, row in zip(CASES, rows, strict=True) if row["trial"]] == ["interrupted-trial"]
     speedup = round(1 + KEPT["figures"]["code_edit"]["throughput_gain_c1"]["value"], 3)
     assert "eagle3 k=5" in text and "vllm/vllm-openai:v0.20.2" in text and f"x{speedup:.2f}" in text
