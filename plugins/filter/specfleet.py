@@ -47,6 +47,7 @@ class FilterModule:
         return {
             "plan_summary": specfleet_plan_summary,
             "daemon_json": specfleet_daemon_json,
+            "daemon_json_restart_failure": daemon_json.restart_failure_message,
             "plan_repos": plan.needed_repos,
             "plan_stage_repos": plan.stage_repos,
             "plan_speculation": plan.speculation,
