@@ -210,11 +210,12 @@ class DataFileError(ValueError):
 _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "str": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
     "str | None": (lambda v: v is None or isinstance(v, str), "null or a string"),
-    "int": (lambda v: type(v) is int, "an integer"),
-    "int | None": (lambda v: v is None or type(v) is int, "null or an integer"),
-    "float": (lambda v: type(v) in (int, float), "a number"),
-    "float | None": (lambda v: v is None or type(v) in (int, float), "null or a number"),
-    "bool": (lambda v: type(v) is bool, "true or false"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "int | None": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "null or an integer"),
+    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "float | None": (lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool)),
+                     "null or a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
     "tuple[str, ...]": (lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v), "a list of strings"),
 }
 

@@ -19,7 +19,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts
 
 from specfleet import serving
 from specfleet.catalog import SPEC_METHODS, Catalog, image_problems
-from specfleet.variables import shown
+from specfleet.variables import is_integer, shown
 
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
 # (vLLM takes the last occurrence, so a repeat would silently override the plan).
@@ -129,14 +129,35 @@ def _check_image_pin(problems: list[str], pinned: Any, catalog: Catalog) -> None
             f"got {shown(pinned)}")
 
 
+def _secret_flags_in(words: list[Any]) -> list[str]:
+    """The secret flags among ``words``, however spelt, without reading the list as pairs."""
+    found = set()
+    for word in words:
+        try:
+            [[flag, _]] = serving.normalise_flags([word.split("=", 1)[0]]) if isinstance(word, str) else [[None, None]]
+        except serving.ServingError:
+            continue  # a value, not a flag
+        if flag in SECRET_FLAGS:
+            found.add(flag)
+    return sorted(found)
+
+
 def _check_extra_args(problems: list[str], extra: Any) -> None:
+    secret = _secret_flags_in(extra) if isinstance(extra, list) else []
+    for flag in secret:
+        problems.append(
+            f"specfleet_serve_extra_args: {flag} carries a secret, which would show on the container's command "
+            f"line, in the release record and in `specfleet plan`; set {SECRET_FLAGS[flag]} (Ansible Vault or the "
+            "environment) instead")
+    # With a secret among them no value is quoted back, whatever else is wrong.
     if not isinstance(extra, list) or not all(isinstance(arg, str) and arg for arg in extra):
-        problems.append(f"specfleet_serve_extra_args: must be a list of non-empty strings, got {shown(extra)}")
+        got = "a list with a secret" if secret else shown(extra)
+        problems.append(f"specfleet_serve_extra_args: must be a list of non-empty strings, got {got}")
         return
     try:
         pairs = serving.normalise_flags(extra)
     except serving.ServingError as exc:
-        problems.append(f"specfleet_serve_extra_args: {exc}")
+        problems.append(f"specfleet_serve_extra_args: {'not flags and values' if secret else exc}")
         return
     flags = {flag for flag, _ in pairs}
     owned = sorted(flags & set(PLAN_OWNED_FLAGS))
@@ -144,11 +165,6 @@ def _check_extra_args(problems: list[str], extra: Any) -> None:
         problems.append(
             f"specfleet_serve_extra_args: {', '.join(owned)} is set by the plan; use its specfleet_* variable instead"
         )
-    for flag in sorted(flags & set(SECRET_FLAGS)):
-        problems.append(
-            f"specfleet_serve_extra_args: {flag} carries a secret, which would show on the container's command "
-            f"line, in the release record and in `specfleet plan`; set {SECRET_FLAGS[flag]} (Ansible Vault or the "
-            "environment) instead")
 
 
 def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
@@ -235,7 +251,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             name = f"specfleet_spec_tokens_by_method.{device_class}.{method}"
             if method not in SPEC_METHODS:
                 problems.append(f"{name}: unknown method {shown(method)} (known: {', '.join(SPEC_METHODS)})")
-            elif type(count) is not int or not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
+            elif not is_integer(count) or not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
                 problems.append(f"{name}: must be an integer {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {shown(count)}")
 
     batch = policy["specfleet_trtllm_max_batch_size"]
@@ -339,7 +355,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     if not _is_number(confidence) or not 0.5 < confidence < 1:
         problems.append(f"specfleet_gate_confidence: must be a probability 0.5 < x < 1 (0.90), got {shown(confidence)}")
     blocks = policy["specfleet_gate_max_blocks"]
-    if type(blocks) is not int or blocks < 3 or blocks % 2 == 0:
+    if not is_integer(blocks) or blocks < 3 or blocks % 2 == 0:
         problems.append(
             f"specfleet_gate_max_blocks: must be an odd integer >= 3 (baseline, speculative, baseline, ...), "
             f"got {shown(blocks)}")

@@ -123,8 +123,36 @@ def env_problems(name: str, value: Any, *, secret: bool) -> list[str]:
     return problems
 
 
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def is_integer(value: Any) -> bool:
+    """An int (Ansible's tagged ints included), not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def as_integer(value: Any) -> int | None:
+    """``value`` as Ansible reads an integer option: an int, or digits given as text (what
+    ``-e name=5`` passes); None otherwise."""
+    if is_integer(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def as_bool(value: Any) -> bool | None:
+    """``value`` as Ansible's strict boolean reads it (``-e name=true`` passes text); None
+    when it is neither."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str | int) else None
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
 def _count_problem(name: str, value: Any, minimum: int) -> str | None:
-    if type(value) is not int or value < minimum:
+    number = as_integer(value)
+    if number is None or number < minimum:
         return f"{name}: must be an integer >= {minimum}, got {shown(value)}"
     return None
 
@@ -132,7 +160,8 @@ def _count_problem(name: str, value: Any, minimum: int) -> str | None:
 def _serial_problem(name: str, value: Any) -> str | None:
     steps = value if isinstance(value, list) and value else [value]
     for step in steps:
-        if type(step) is int and step >= 1:
+        number = as_integer(step)
+        if number is not None and number >= 1:
             continue
         if isinstance(step, str) and _PERCENT.match(step) and 0 < float(step[:-1]) <= 100:
             continue
@@ -154,7 +183,7 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
         elif kind == "env":
             problems += env_problems(name, value, secret=False)
         elif kind == "bool":
-            if not isinstance(value, bool):
+            if as_bool(value) is None:
                 problem = f"{name}: must be true or false, got {shown(value)}"
         elif kind == "name":
             if not is_file_name(value):
@@ -166,7 +195,8 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
         elif kind == "count":
             problem = _count_problem(name, value, int(entry.get("min", 0)))
         elif kind == "percent":
-            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 100:
+            number = as_integer(value) if isinstance(value, str) else value
+            if not isinstance(number, int | float) or isinstance(number, bool) or not 0 <= number <= 100:
                 problem = f"{name}: must be a percentage 0..100, got {shown(value)}"
         elif kind == "serial":
             problem = _serial_problem(name, value)

@@ -12,6 +12,7 @@ plugins/modules/specfleet_rollout.py, where ansible-doc reads it.
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
@@ -101,13 +102,13 @@ class ActionModule(ActionBase):
             canary_state = self._templar.template(task_vars["hostvars"][canary].get("specfleet_rollout"))
             canary_record = (canary_state or {}).get("record")
         return sweep.unit_plan(plan, task_vars["inventory_hostname"], canaries, release.parse(args["record"]),
-                               canary_record, bool(args["remeasure"]))
+                               canary_record, boolean(args["remeasure"], strict=True))
 
     def _step(self, step, state, plan, args, task_vars, run_id):
         if step == "start":
             return rollout.start(plan, args["record"], args["serve_env"] or {}, args["serve_mounts"] or [],
-                                 args["secret_env_names"] or [], bool(args["remeasure"]), args["sweeping"],
-                                 args["max_blocks"])
+                                 args["secret_env_names"] or [], boolean(args["remeasure"], strict=True),
+                                 args["sweeping"], args["max_blocks"])
         if step == "rollback":
             return rollout.rollback(args["record"])
         if step in ("trial_rollback_did_not_start", "earlier_did_not_start", "rollback_did_not_start"):

@@ -579,7 +579,7 @@ def run_batch(
 
     def worker() -> None:
         with contextlib.suppress(threading.BrokenBarrierError):
-            ready.wait()  # broken: released without a thread that never started
+            ready.wait(timeout)  # broken: released without a thread that never started
         while True:
             with lock:
                 if cursor[0] >= len(bodies) or stopped[0]:

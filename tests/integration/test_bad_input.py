@@ -205,6 +205,8 @@ CASES = [
          "specfleet_serve_extra_args", "--compilation-config takes JSON"),
     Case("extra-args-api-key", {"specfleet_serve_extra_args": ["--api-key", "sk-123"]},
          "specfleet_serve_extra_args", "--api-key carries a secret", playbooks=("site.yml",)),
+    Case("extra-args-secret-in-a-bad-list", {"specfleet_serve_extra_args": ["--api-key", SECRET, ""]},
+         "specfleet_serve_extra_args", "--api-key carries a secret", secret=SECRET),
     Case("extra-args-hf-token", {"specfleet_serve_extra_args": ["--hf_token=hf_abc"]},
          "specfleet_serve_extra_args", "--hf-token carries a secret"),
     # Environment and secrets

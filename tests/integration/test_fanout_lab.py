@@ -17,6 +17,7 @@ login user `nvidia` (sudo with a password, which rsync cannot answer), not root.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -30,12 +31,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from specfleet_lab import lab
+from specfleet_lab import engine, lab
 from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
-from tests.conftest import on_unit, require_no_lab, trust_lab_host_keys, unavailable
+from tests.conftest import require_no_lab, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 
@@ -235,7 +236,13 @@ def test_unit_without_rrsync_gets_no_key_and_is_served_by_the_controller(lab_uni
             for node in lab_units:
                 during[node.name] = fleet_entries(node)
 
-    hidden = on_unit(bare.name, "mv /usr/bin/rrsync /usr/bin/rrsync.specfleet-test && ! command -v rrsync")
+    cfg = LabConfig()
+
+    def as_root(command: str) -> subprocess.CompletedProcess:
+        # A stock unit takes no root login: the lab's engine runs the command in the unit.
+        return engine.docker(cfg, ["exec", f"{cfg.prefix}-{bare.name}", "sh", "-c", command], check=False)
+
+    hidden = as_root("mv /usr/bin/rrsync /usr/bin/rrsync.specfleet-test && ! command -v rrsync")
     assert hidden.returncode == 0, hidden.stderr
     try:
         assert ssh(bare, "command -v rrsync").returncode != 0  # not on the login user's PATH either
@@ -243,7 +250,7 @@ def test_unit_without_rrsync_gets_no_key_and_is_served_by_the_controller(lab_uni
                         on_event)
         result = runner.run()
     finally:
-        on_unit(bare.name, "mv /usr/bin/rrsync.specfleet-test /usr/bin/rrsync")
+        as_root("mv /usr/bin/rrsync.specfleet-test /usr/bin/rrsync")
     assert all(status == "live" for status in result["units"].values()), result
     run = result["fleet_key"]["run"]
     # No fleet key on the unit without rrsync, not even the private one.
@@ -285,6 +292,24 @@ def processes(wanted: Callable[[list[str]], bool]) -> list[int]:
     return found
 
 
+def with_descendants(pids: list[int]) -> list[int]:
+    """``pids`` and every process below them (a killed driver's ssh and rsync children)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], list(pids)
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue += parents.get(pid, [])
+    return found
+
+
 def test_role_run_killed_mid_copy_leaves_no_fleet_key(lab_units, tmp_path):
     store = tmp_path / "store"
     manifest = make_store(store, b"v4", blob_kib=2048)  # 32 MiB: the copies outlast the polling
@@ -305,12 +330,16 @@ def test_role_run_killed_mid_copy_leaves_no_fleet_key(lab_units, tmp_path):
 
     killed = []
     try:
-        # Kill the driver once the fleet key is on a unit (copies are under way then).
+        # Kill the driver once the fleet key is on a unit (copies are under way then), with its
+        # ssh and rsync children: a driver that dies takes its connections with it (left
+        # running, a child still installing the key on another unit could do so after the
+        # role's removal).
         deadline = time.monotonic() + 300
         while not killed and time.monotonic() < deadline and play.poll() is None:
             if [entry for entry in fleet_entries(lab_units[0]) if not entry.startswith("file ")]:
-                for pid in processes(is_driver):
-                    os.kill(pid, signal.SIGKILL)
+                for pid in with_descendants(processes(is_driver)):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
             time.sleep(0.2)
         play.wait(timeout=600)
