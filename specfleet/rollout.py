@@ -143,8 +143,11 @@ def start(
     outcome = {**earlier, "reused_from": earlier.get("run_id")}
     if decided is None:
         return _evolve(state, earlier=earlier, outcome=outcome, done=True)
+    # A kept decision served again passed when it was decided: it is what a rollback returns
+    # to, not an older known-good (another draft length, say) the record still names.
+    placed = release.known_good if earlier.get("decision") == "kept" else release.serving
     return _evolve(state, earlier=earlier, outcome=outcome, done=True, serve=decided,
-                   record=release.serving(record, decided))
+                   record=placed(record, decided))
 
 
 def earlier_did_not_start(state: Mapping[str, Any], failure_class: str) -> State:

@@ -331,13 +331,16 @@ def test_role_run_killed_mid_copy_leaves_no_fleet_key(lab_units, tmp_path):
     killed = []
     try:
         # Kill the driver once the fleet key is on a unit (copies are under way then), with its
-        # ssh and rsync children: a driver that dies takes its connections with it (left
-        # running, a child still installing the key on another unit could do so after the
-        # role's removal).
+        # ssh and rsync children and its ssh masters (daemons, not its children): a driver that
+        # dies with its connections. (Its masters left running, a key install still in flight
+        # on another unit can land after the role's removal: the next run removes it.)
         deadline = time.monotonic() + 300
         while not killed and time.monotonic() < deadline and play.poll() is None:
             if [entry for entry in fleet_entries(lab_units[0]) if not entry.startswith("file ")]:
-                for pid in with_descendants(processes(is_driver)):
+                runs = set(temporary.glob("sf-fo-*")) - runs_before
+                masters = processes(lambda argv, runs=runs: any(f"ControlPath={run}/" in arg
+                                                                for run in runs for arg in argv))
+                for pid in with_descendants(processes(is_driver)) + masters:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                     killed.append(pid)

@@ -85,6 +85,19 @@ def test_a_first_rollout_kept_becomes_the_known_good():
     assert rollout.finish(again, "r2")["record"] == again["record"]
 
 
+def test_a_kept_decision_served_again_becomes_the_known_good_in_place_of_another():
+    """The record names another vetted serving as known-good (a draft length a sweep kept, say)
+    while the plan's candidate was kept in an earlier run: serving that decision again makes it
+    what a rollback returns to, so the record's current and known-good agree."""
+    kept = rollout.finish(gated(measured_baseline(started()), FAST), "r1")["record"]
+    other = serving.for_unit(make("speculative", {**EAGLE3, "num_speculative_tokens": 2}), ENV, MOUNTS, ["HF_TOKEN"])
+    record = {**kept, "current": other, "known_good": other}
+    again = started(record)
+    assert again["serve"] == again["candidate"] and again["outcome"]["reused_from"] == "r1"
+    final = rollout.finish(again, "r2")["record"]
+    assert final["known_good"] == final["current"] == again["candidate"]
+
+
 def test_a_revert_serves_the_known_good_again():
     state = gated(measured_baseline(started()), SLOW)
     assert state["outcome"]["decision"] == "reverted" and state["outcome"]["serving"] == "baseline"
