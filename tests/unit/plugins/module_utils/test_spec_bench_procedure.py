@@ -50,6 +50,7 @@ class Server(BaseHTTPRequestHandler):
                      and body["messages"][0]["content"].endswith("prompt 000"))
             if burst:
                 cls.bursts_left -= 1
+        counted = True
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -69,10 +70,16 @@ class Server(BaseHTTPRequestHandler):
                 if not burst:
                     time.sleep(GAP_S)
             usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": TOKENS}}
-            self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
-        finally:
+            # Out of flight before [DONE] goes out: the client may send its next request the
+            # moment it reads it, before this handler's thread gets to run again.
             with cls.lock:
                 cls.in_flight -= 1
+                counted = False
+            self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        finally:
+            if counted:
+                with cls.lock:
+                    cls.in_flight -= 1
 
 
 @pytest.fixture
