@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
+from specfleet.variables import is_integer, is_number
+
 # Speculative methods the toolkit plans, in its default order of preference.
 SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
 
@@ -185,7 +187,7 @@ def image_problems(entry: Any, where: str) -> list[str]:
         else:
             check(key, value is None or (isinstance(value, str) and bool(_VERSION.match(value))), wanted)
     size = entry.get("size_gib")
-    check("size_gib", size is None or (isinstance(size, int | float) and not isinstance(size, bool) and size > 0),
+    check("size_gib", size is None or (is_number(size) and size > 0),
           "null or a positive number of GiB")
     check("pin_only", isinstance(entry.get("pin_only", False), bool), "true or false")
     check("backend", entry.get("backend", "vllm") in IMAGE_BACKENDS, f"one of {', '.join(IMAGE_BACKENDS)}")
@@ -210,11 +212,10 @@ class DataFileError(ValueError):
 _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "str": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
     "str | None": (lambda v: v is None or isinstance(v, str), "null or a string"),
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "int | None": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "null or an integer"),
-    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
-    "float | None": (lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool)),
-                     "null or a number"),
+    "int": (is_integer, "an integer"),
+    "int | None": (lambda v: v is None or is_integer(v), "null or an integer"),
+    "float": (is_number, "a number"),
+    "float | None": (lambda v: v is None or is_number(v), "null or a number"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "tuple[str, ...]": (lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v), "a list of strings"),
 }

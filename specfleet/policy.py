@@ -19,7 +19,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts
 
 from specfleet import serving
 from specfleet.catalog import SPEC_METHODS, Catalog, image_problems
-from specfleet.variables import is_integer, shown
+from specfleet.variables import is_integer, is_number, shown
 
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
 # (vLLM takes the last occurrence, so a repeat would silently override the plan).
@@ -79,12 +79,8 @@ def merge(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     return policy
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _check_fraction(problems: list[str], name: str, value: Any, *, low_open: bool) -> None:
-    if not _is_number(value):
+    if not is_number(value):
         problems.append(f"{name}: must be a number, got {shown(value)}")
     elif not ((0 < value if low_open else 0 <= value) and value <= 1):
         bounds = "0 < x <= 1" if low_open else "0 <= x <= 1"
@@ -129,21 +125,9 @@ def _check_image_pin(problems: list[str], pinned: Any, catalog: Catalog) -> None
             f"got {shown(pinned)}")
 
 
-def _secret_flags_in(words: list[Any]) -> list[str]:
-    """The secret flags among ``words``, however spelt, without reading the list as pairs."""
-    found = set()
-    for word in words:
-        try:
-            [[flag, _]] = serving.normalise_flags([word.split("=", 1)[0]]) if isinstance(word, str) else [[None, None]]
-        except serving.ServingError:
-            continue  # a value, not a flag
-        if flag in SECRET_FLAGS:
-            found.add(flag)
-    return sorted(found)
-
-
 def _check_extra_args(problems: list[str], extra: Any) -> None:
-    secret = _secret_flags_in(extra) if isinstance(extra, list) else []
+    # Word by word, not as pairs: a list too malformed to pair may still carry a secret.
+    secret = sorted({serving.flag_name(word) for word in extra} & set(SECRET_FLAGS)) if isinstance(extra, list) else []
     for flag in secret:
         problems.append(
             f"specfleet_serve_extra_args: {flag} carries a secret, which would show on the container's command "
@@ -222,8 +206,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     sweeps = _check_class_map(problems, "specfleet_spec_tokens_sweep", policy["specfleet_spec_tokens_sweep"])
     for device_class, counts in sweeps.items():
         name = f"specfleet_spec_tokens_sweep.{device_class}"
-        if not isinstance(counts, list) or not all(isinstance(count, int) and not isinstance(count, bool)
-                                                   for count in counts):
+        if not isinstance(counts, list) or not all(is_integer(count) for count in counts):
             problems.append(f"{name}: must be a list of integers, got {shown(counts)}")
         elif any(not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS for count in counts):
             problems.append(f"{name}: each must be {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {shown(counts)}")
@@ -232,7 +215,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
 
     tokens = _check_class_map(problems, "specfleet_spec_tokens", policy["specfleet_spec_tokens"])
     for device_class, count in tokens.items():
-        if not isinstance(count, int) or isinstance(count, bool):
+        if not is_integer(count):
             problems.append(f"specfleet_spec_tokens.{device_class}: must be an integer, got {shown(count)}")
         elif not MIN_SPEC_TOKENS <= count <= MAX_SPEC_TOKENS:
             problems.append(
@@ -255,7 +238,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
                 problems.append(f"{name}: must be an integer {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {shown(count)}")
 
     batch = policy["specfleet_trtllm_max_batch_size"]
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+    if not is_integer(batch) or batch < 1:
         problems.append(f"specfleet_trtllm_max_batch_size: must be a positive integer, got {shown(batch)}")
 
     lookup_min = policy["specfleet_ngram_prompt_lookup_min"]
@@ -264,7 +247,7 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
         ("specfleet_ngram_prompt_lookup_min", lookup_min),
         ("specfleet_ngram_prompt_lookup_max", lookup_max),
     ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_integer(value) or value < 1:
             problems.append(f"{name}: must be a positive integer, got {shown(value)}")
     if isinstance(lookup_min, int) and isinstance(lookup_max, int) and lookup_min > lookup_max:
         problems.append(
@@ -282,12 +265,12 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     drop = policy["specfleet_spec_memory_drop"]
     _check_fraction(problems, "specfleet_spec_memory_drop", drop, low_open=False)
     retry_drop = policy["specfleet_oom_retry_memory_drop"]
-    if not _is_number(retry_drop) or not 0 <= retry_drop < 1:
+    if not is_number(retry_drop) or not 0 <= retry_drop < 1:
         problems.append(
             f"specfleet_oom_retry_memory_drop: must be a share 0 <= x < 1 (0 = no retry), got {shown(retry_drop)}")
-    if _is_number(drop):
+    if is_number(drop):
         for device_class, value in utilisation.items():
-            if _is_number(value) and value - drop <= 0:
+            if is_number(value) and value - drop <= 0:
                 problems.append(
                     f"specfleet_spec_memory_drop: {drop} leaves no memory on {device_class} "
                     f"(specfleet_gpu_memory_utilization.{device_class} is {value})"
@@ -295,17 +278,17 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
 
     for name in ("specfleet_min_kv_cache_gib", "specfleet_memory_headroom_gib"):
         value = policy[name]
-        if not _is_number(value) or value < 0:
+        if not is_number(value) or value < 0:
             problems.append(f"{name}: must be a number >= 0, got {shown(value)}")
 
     for device_class, value in _check_class_map(
         problems, "specfleet_max_model_len", policy["specfleet_max_model_len"]
     ).items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 128:
+        if not is_integer(value) or value < 128:
             problems.append(f"specfleet_max_model_len.{device_class}: must be an integer >= 128, got {shown(value)}")
 
     seqs = policy["specfleet_max_num_seqs"]
-    if not isinstance(seqs, int) or isinstance(seqs, bool) or seqs < 8:
+    if not is_integer(seqs) or seqs < 8:
         problems.append(
             f"specfleet_max_num_seqs: must be an integer >= 8 (the benchmark runs concurrency 8), got {shown(seqs)}"
         )
@@ -315,10 +298,10 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             problems.append(f"{name}: must be true or false, got {shown(policy[name])}")
 
     port = policy["specfleet_port"]
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+    if not is_integer(port) or not 1 <= port <= 65535:
         problems.append(f"specfleet_port: must be a TCP port 1..65535, got {shown(port)}")
     seed = policy["specfleet_seed"]
-    if not isinstance(seed, int) or isinstance(seed, bool):
+    if not is_integer(seed):
         problems.append(f"specfleet_seed: must be an integer, got {shown(seed)}")
 
     mirror = policy["specfleet_image_mirror"]
@@ -334,25 +317,25 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     _check_extra_args(problems, policy["specfleet_serve_extra_args"])
 
     gain = policy["specfleet_gate_min_throughput_gain"]
-    if not _is_number(gain) or not 0 <= gain <= 10:
+    if not is_number(gain) or not 0 <= gain <= 10:
         problems.append(f"specfleet_gate_min_throughput_gain: must be a share 0..10 (0.30 = +30%), got {shown(gain)}")
     tpot_drop = policy["specfleet_gate_min_tpot_drop"]
-    if not _is_number(tpot_drop) or not 0 <= tpot_drop < 1:
+    if not is_number(tpot_drop) or not 0 <= tpot_drop < 1:
         problems.append(
             f"specfleet_gate_min_tpot_drop: must be a share 0 <= x < 1 (0.20 = -20%), got {shown(tpot_drop)}")
     floor = policy["specfleet_gate_disable_below"]
-    if not _is_number(floor) or not 0 <= floor <= 10:
+    if not is_number(floor) or not 0 <= floor <= 10:
         problems.append(f"specfleet_gate_disable_below: must be a share 0..10, got {shown(floor)}")
-    elif _is_number(gain) and floor > gain:
+    elif is_number(gain) and floor > gain:
         problems.append(
             f"specfleet_gate_disable_below: {floor} is above specfleet_gate_min_throughput_gain {gain}; "
             "the gate could never keep speculation"
         )
     margin = policy["specfleet_gate_margin"]
-    if not _is_number(margin) or not 0 <= margin < 1:
+    if not is_number(margin) or not 0 <= margin < 1:
         problems.append(f"specfleet_gate_margin: must be a share 0 <= x < 1 (0.03 = 3%), got {shown(margin)}")
     confidence = policy["specfleet_gate_confidence"]
-    if not _is_number(confidence) or not 0.5 < confidence < 1:
+    if not is_number(confidence) or not 0.5 < confidence < 1:
         problems.append(f"specfleet_gate_confidence: must be a probability 0.5 < x < 1 (0.90), got {shown(confidence)}")
     blocks = policy["specfleet_gate_max_blocks"]
     if not is_integer(blocks) or blocks < 3 or blocks % 2 == 0:
@@ -360,13 +343,13 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
             f"specfleet_gate_max_blocks: must be an odd integer >= 3 (baseline, speculative, baseline, ...), "
             f"got {shown(blocks)}")
     max_drift = policy["specfleet_gate_max_drift"]
-    if not _is_number(max_drift) or not 0 <= max_drift < 1:
+    if not is_number(max_drift) or not 0 <= max_drift < 1:
         problems.append(f"specfleet_gate_max_drift: must be a share 0 <= x < 1, got {shown(max_drift)}")
     block_noise = policy["specfleet_gate_block_noise"]
-    if not _is_number(block_noise) or not 0 <= block_noise < 1:
+    if not is_number(block_noise) or not 0 <= block_noise < 1:
         problems.append(f"specfleet_gate_block_noise: must be a share 0 <= x < 1, got {shown(block_noise)}")
     tie = policy["specfleet_gate_tie_logprob_gap"]
-    if not _is_number(tie) or tie < 0:
+    if not is_number(tie) or tie < 0:
         problems.append(f"specfleet_gate_tie_logprob_gap: must be a number of nats >= 0, got {shown(tie)}")
     gate_workloads = policy["specfleet_gate_workloads"]
     if not isinstance(gate_workloads, list) or not gate_workloads:
@@ -419,7 +402,7 @@ def expected_facts_problems(expected: Any, name: str = EXPECTED_FACTS_VAR) -> li
     elif "l4t" in expected and not (isinstance(l4t, str) and _L4T_PATTERN.match(l4t)):
         problems.append(f"{name}.l4t: must be an L4T release like '36.4.3' (quoted in YAML), got {shown(l4t)}")
     memory = expected.get("memory_mb")
-    if "memory_mb" in expected and (not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0):
+    if "memory_mb" in expected and (not is_integer(memory) or memory <= 0):
         problems.append(f"{name}.memory_mb: must be a positive integer (MiB), got {shown(memory)}")
     cuda = expected.get("cuda")
     if cuda is not None and not (isinstance(cuda, str) and _CUDA_PATTERN.match(cuda)):

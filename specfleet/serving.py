@@ -129,9 +129,7 @@ def normalise_flags(words: Sequence[str], engine: str = "vllm") -> list[Pair]:
         else:
             flag, value = word, None
             index += 1
-        flag = ALIASES.get(flag, flag)
-        if engine == "vllm" and flag.startswith("--"):
-            flag = "--" + flag[2:].replace("_", "-")
+        flag = flag_name(flag, engine)
         if flag in JSON_FLAGS and value is not None:
             try:
                 value = json.loads(value)
@@ -139,6 +137,17 @@ def normalise_flags(words: Sequence[str], engine: str = "vllm") -> list[Pair]:
                 raise ServingError(f"{flag} takes JSON, got {value!r}") from exc
         pairs.append([flag, value])
     return pairs
+
+
+def flag_name(word: Any, engine: str = "vllm") -> str | None:
+    """The one spelling of the flag ``word`` names (``--max_num_seqs=4`` -> ``--max-num-seqs``,
+    ``-sc`` -> ``--speculative-config``), or None for a word that is not a flag (a value)."""
+    if not isinstance(word, str) or not _is_flag(word):
+        return None
+    flag = ALIASES.get(word, word.split("=", 1)[0] if word.startswith("--") else word)
+    if engine == "vllm" and flag.startswith("--"):
+        flag = "--" + flag[2:].replace("_", "-")
+    return flag
 
 
 def _is_flag(word: str) -> bool:

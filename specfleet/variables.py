@@ -131,6 +131,11 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool (YAML's true is an int to Python)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def as_integer(value: Any) -> int | None:
     """``value`` as Ansible reads an integer option: an int, or digits given as text (what
     ``-e name=5`` passes); None otherwise."""
@@ -196,7 +201,7 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
             problem = _count_problem(name, value, int(entry.get("min", 0)))
         elif kind == "percent":
             number = as_integer(value) if isinstance(value, str) else value
-            if not isinstance(number, int | float) or isinstance(number, bool) or not 0 <= number <= 100:
+            if not is_number(number) or not 0 <= number <= 100:
                 problem = f"{name}: must be a percentage 0..100, got {shown(value)}"
         elif kind == "serial":
             problem = _serial_problem(name, value)

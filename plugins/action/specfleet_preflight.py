@@ -65,21 +65,20 @@ class ActionModule(ActionBase):
         problems = [problem for problem in [variables.host_name_problem(host)] if problem]
         known = variables.known_names(policy_module.variable_names(), COLLECTION_ROOT / "roles")
         problems += variables.unknown_problems(task_vars, known)
-        public = {}
-        for name in sorted(set(variables.public()) & set(task_vars)):
-            try:
-                public[name] = self._templar.template(task_vars[name])
-            except AnsibleUndefinedVariable:
-                continue  # a template over facts: checked where it is used
-        return problems + variables.public_problems(public)
+        return problems + variables.public_problems(self._templated(set(variables.public()), task_vars))
 
     def _role_variable_problems(self, task_vars: dict) -> list[str]:
         # The roles are this collection's own (playbooks name them by FQCN), beside its plugins.
         specs = role_args.load_specs([COLLECTION_ROOT / "roles"])
+        return role_args.problems(self._templated(role_args.variable_names(specs), task_vars), specs)
+
+    def _templated(self, names: set[str], task_vars: dict) -> dict:
+        """The host's values of ``names``, templated; a template over facts or the plan is left
+        out (checked where it is used: the role at entry, the task that reads it)."""
         values = {}
-        for name in sorted(role_args.variable_names(specs) & set(task_vars)):
+        for name in sorted(names & set(task_vars)):
             try:
                 values[name] = self._templar.template(task_vars[name])
             except AnsibleUndefinedVariable:
-                continue  # a template over facts or the plan: the role checks it at entry
-        return role_args.problems(values, specs)
+                continue
+        return values

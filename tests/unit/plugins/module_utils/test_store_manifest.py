@@ -7,15 +7,7 @@ import shutil
 
 from ansible_collections.specfleet.fleet.plugins.module_utils import store_manifest as sm
 
-
-def make_repo(root, config=b'{"a": 1}'):
-    (root / "blobs").mkdir(parents=True)
-    (root / "snapshots" / "rev").mkdir(parents=True)
-    (root / "blobs" / "w").write_bytes(b"w" * 5000)
-    (root / "blobs" / "c").write_bytes(config)
-    os.symlink("../../blobs/w", root / "snapshots" / "rev" / "model.safetensors")
-    os.symlink("../../blobs/c", root / "snapshots" / "rev" / "config.json")
-    return sm.build_manifest(str(root), root.name)
+from tests.stores import make_repo
 
 
 def stage(layout, manifest, source):

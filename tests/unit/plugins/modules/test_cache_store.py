@@ -23,19 +23,10 @@ from ansible_collections.specfleet.fleet.plugins.module_utils import store_manif
 
 from tests.conftest import load_module
 from tests.crash_points import killed_at, steps_of
+from tests.stores import make_repo
 
 cache_store = load_module("cache_store")
 NAME = "models--o--m"
-
-
-def make_repo(root, config: bytes = b'{"a": 1}') -> dict:
-    (root / "blobs").mkdir(parents=True)
-    (root / "snapshots" / "rev").mkdir(parents=True)
-    (root / "blobs" / "w").write_bytes(b"w" * 5000)
-    (root / "blobs" / "c").write_bytes(config)
-    os.symlink("../../blobs/w", root / "snapshots" / "rev" / "model.safetensors")
-    os.symlink("../../blobs/c", root / "snapshots" / "rev" / "config.json")
-    return sm.build_manifest(str(root), root.name)
 
 
 def tree(root: str) -> dict:
