@@ -111,6 +111,11 @@ REAL_MAX_TOKENS = 64
 REAL_ROUNDS = 6  # runs of `vllm bench serve` per concurrency, each between two of ours: at c=8 one run's p50
 # moves 15-20% from the next on this 2-core host (measured), so 3 rounds left a 5% comparison inside the noise
 REAL_PAIR_ROUNDS = 1
+# Idle seconds before each run of ours: `vllm bench serve` imports vLLM for about this long
+# before its first request, so its runs start on a server (and host) that has settled. Ours
+# started the moment theirs exited and then held 4-41 of 80 streams in bursts, against 0 after
+# a 30 s pause (3 rounds each, one server).
+REAL_SETTLE_S = 20.0
 REAL_GOAL = 0.05
 
 
@@ -413,6 +418,9 @@ REAL_NOTE = """\
   (run_benchmark's burst re-measurement is off: `vllm bench serve` has none). Definitions as `vllm bench serve`'s:
   TTFT to the first chunk with a choice; TPOT (E2E - TTFT) / (tokens - 1), tokens from usage; p50 (numpy's
   median) over the requests; output throughput = output tokens / wall time of a run.
+  Settled alike: each run of ours waits {settle:.0f} s first, about what `vllm bench serve` spends importing vLLM
+  before its first request, so both start on a server and host at rest (right after theirs exited, ours held
+  streams in bursts that it did not after a pause).
   Interleaved: per concurrency ours and theirs alternate, ours first and last ({ours} runs of ours, {theirs} of
   theirs), so drift of the host's load over the minutes hits both sides alike; p50s are over the requests of all
   runs of a side, throughput is the median over its runs; `run spread` is (max - min) / median of the per-run
@@ -528,7 +536,9 @@ class Run:
 
 
 def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: int, salt: str) -> Run:
-    """One measured run of our client's run_benchmark, per request from its kept records."""
+    """One measured run of our client's run_benchmark, per request from its kept records, after
+    the idle time `vllm bench serve` spends starting (REAL_SETTLE_S)."""
+    time.sleep(REAL_SETTLE_S)
     hits = prefix_cache_hits(endpoint)
     load = os.getloadavg()[0]
     with ClientOptions(salt):
@@ -729,7 +739,7 @@ def real_lane(report: dict[str, Any]) -> None:
         f"c={', '.join(map(str, REAL_CONCURRENCY))}; work files in {work}"
     )
     print(REAL_NOTE.format(requests=REAL_REQUESTS, count=len(entries), seed=SEED, max_tokens=REAL_MAX_TOKENS,
-                           ours=REAL_ROUNDS + 1, theirs=REAL_ROUNDS))
+                           ours=REAL_ROUNDS + 1, theirs=REAL_ROUNDS, settle=REAL_SETTLE_S))
     server = lane.Server(mode="none", venv=venv, hf_home=hf_home, log_path=work / "vllm.log")
     server.start()
     real: dict[str, Any] = {"levels": {}, "work": str(work)}
