@@ -107,6 +107,26 @@ def on_unit(
     )
 
 
+def lab_api_key() -> str:
+    """The API key the lab's first run generated (specfleet.event_key), read as a user does:
+    ansible-vault view of inventory/lab/.specfleet/api_key.yml (the lab's vault id)."""
+    from specfleet import event_key
+
+    viewed = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-vault")), "view", str(event_key.key_file(LAB_INVENTORY))],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert viewed.returncode == 0, f"the lab's API key: {viewed.stderr.strip()}"
+    return yaml.safe_load(viewed.stdout)[event_key.KEY_VARIABLE]
+
+
+def unit_models(host: str, path: str = "/v1/models") -> subprocess.CompletedProcess:
+    """GET the unit's vLLM ``path`` with the lab's API key (sent on stdin, never on a command
+    line); the unit serves when it returns 0 (curl -f)."""
+    return on_unit(host, f"curl -sf -H @- http://127.0.0.1:8000{path}",
+                   stdin=f"Authorization: Bearer {lab_api_key()}\n")
+
+
 def _lab_playbook_argv(name: str, *extra: str) -> list[str]:
     return [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(LAB_INVENTORY), f"playbooks/{name}",
             *extra]

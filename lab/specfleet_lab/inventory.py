@@ -145,6 +145,9 @@ def group_vars_all(
                 "specfleet_tiktoken_encodings": store["tiktoken_encodings"],
             }
         )
+    # The lab serves with a key, as a real fleet does: the first run generates this event's
+    # into inventory/lab/.specfleet/api_key.yml, encrypted with the lab's vault password.
+    data["specfleet_api_key_vault_id"] = "lab"
     data["specfleet_serve_extra_env"] = dict(EMULATOR_ENV)
     data["specfleet_serve_ulimits"] = {"stack": "67108864:67108864"}
     data["specfleet_bench_warmups"] = 1
@@ -158,6 +161,7 @@ def group_vars_all(
 ALL_COMMENTS = {
     "specfleet_image_mirror": "LAN registry on the controller holding the engine images (the vLLM emulator).",
     "specfleet_image_digest_dir": "Digests recorded at each image's first pull, this lab's only (lab up clears them).",
+    "specfleet_api_key_vault_id": "The first run makes the units' API key: ansible-vault view .specfleet/api_key.yml",
     "specfleet_bootstrap_apt_mirror": (
         "LAN apt mirror on the controller (lab/specfleet_lab/aptmirror.py), signed with the lab's key below:\n"
         "Debian trixie's docker.io, docker-cli, python3-docker, rsync and what a stock unit lacks of their\n"
@@ -286,6 +290,7 @@ def write_inventory(
     group_vars = root / "group_vars"
     group_vars.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(image_digest_dir(cfg), ignore_errors=True)  # this lab's images are new ones
+    remove_event_key(cfg)  # a new lab is a new event, with a key of its own
     hosts = root / "hosts.yml"
     hosts.write_text(HEADER + HOSTS_NOTE + _dump(inventory_data(cfg, units)))
     all_text = HEADER + dump_with_comments(group_vars_all(cfg, profile, store, apt_mirror), ALL_COMMENTS)
@@ -320,8 +325,14 @@ def image_digest_dir(cfg: LabConfig) -> Path:
     return cfg.build_dir / "image-digests"
 
 
+def remove_event_key(cfg: LabConfig) -> None:
+    """Forget the API key the playbooks generated for this lab (specfleet.event_key)."""
+    shutil.rmtree(cfg.inventory_dir / ".specfleet", ignore_errors=True)
+
+
 def remove_inventory(cfg: LabConfig) -> None:
     shutil.rmtree(image_digest_dir(cfg), ignore_errors=True)
+    remove_event_key(cfg)
     group_vars = cfg.inventory_dir / "group_vars"
     for path in (cfg.inventory_dir / "hosts.yml", group_vars / "all.yml",
                  *(group_vars / f"{c}.yml" for c in CLASS_MODELS)):

@@ -115,7 +115,7 @@ def up(
     step("inventory", lambda: inventory.write_inventory(
         cfg, profile, records, store, apt_mirror=aptmirror.group_vars(cfg),
         become_password=unit_password(cfg) if stock else None,
-        vault_password=vault_password(cfg) if stock else None))
+        vault_password=vault_password(cfg)))
     st.complete = True
     state_mod.save(cfg.state_file, st)
     total = round(time.monotonic() - started, 2)

@@ -11,12 +11,12 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 )
 
 try:
-    from specfleet import bootstrap, cache, daemon_json, plan, render, serving, sweep
+    from specfleet import bootstrap, cache, daemon_json, event_key, plan, render, serving, sweep
     from specfleet.catalog import load_catalog
 except ImportError as exc:
     # Still listed and documented without the package; calling a filter says what to install.
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
-    bootstrap = cache = daemon_json = plan = render = serving = sweep = MissingSpecfleet(exc)
+    bootstrap = cache = daemon_json = event_key = plan = render = serving = sweep = MissingSpecfleet(exc)
     load_catalog = MissingSpecfleet(exc).load_catalog
 else:
     SPECFLEET_IMPORT_ERROR = None
@@ -37,6 +37,11 @@ def specfleet_daemon_json(existing_text: str | None, path: str, **wanted) -> dic
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def specfleet_event_key_file(inventory_dir: str) -> str:
+    """Where the event's generated API key of the inventory in ``inventory_dir`` lives."""
+    return str(event_key.key_file(inventory_dir))
+
+
 def specfleet_gated_repos(repos: list[str]) -> list[str]:
     """The repos the catalog marks gated on the Hub (their refusal says how to fetch them)."""
     return load_catalog().gated(repos)
@@ -55,6 +60,7 @@ class FilterModule:
             "plan_checkpoint_repos": plan.checkpoint_repos,
             "hf_checkpoint_link": cache.checkpoint_link,
             "gated_repos": specfleet_gated_repos,
+            "event_key_file": specfleet_event_key_file,
             "hf_repo_dir": cache.hf_repo_dir,
             "hf_holdings_line": cache.holdings_line,
             "hardware_line": render.hardware_line,

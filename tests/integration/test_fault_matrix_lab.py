@@ -37,7 +37,7 @@ import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 
 from specfleet import serving
-from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit
+from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit, unit_models
 from tests.conftest import lab_playbook as playbook
 
 # ~15 min on a fresh lab (a first rollout of all 9 units, then the faulted one), less after
@@ -124,7 +124,9 @@ def assert_serves_known_good(host: str, release: dict, before: dict | None = Non
 
 
 def served_model(host: str) -> str:
-    return ok(host, "curl -sf http://127.0.0.1:8000/v1/models")
+    models = unit_models(host)
+    assert models.returncode == 0, f"{host}: GET /v1/models: {models.stderr[-2000:]}"
+    return models.stdout
 
 
 def wrong_image_tag(host: str) -> str:

@@ -21,7 +21,8 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, lab_hosts, recap, unavailable
+from specfleet import event_key
+from tests.conftest import LAB_INVENTORY, REPO, lab_api_key, lab_hosts, recap, unavailable
 from tests.conftest import lab_playbook as playbook
 
 # Issue 8's check of Open WebUI against a lab unit: slow (a 250 MB install), run by CI too.
@@ -37,9 +38,13 @@ def timed_playbook(name: str, *extra: str) -> tuple[subprocess.CompletedProcess,
 
 
 def served_models(address: str) -> tuple[int, list[str]]:
-    """HTTP status of the unit's GET /v1/models and the model ids (0 when nothing answers)."""
+    """HTTP status of the unit's GET /v1/models and the model ids (0 when nothing answers),
+    asked with the lab's API key once a run has made it (specfleet.event_key)."""
+    request = urllib.request.Request(f"http://{address}:8000/v1/models")
+    if event_key.key_file(LAB_INVENTORY).exists():
+        request.add_header("Authorization", f"Bearer {lab_api_key()}")
     try:
-        with urllib.request.urlopen(f"http://{address}:8000/v1/models", timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, [model["id"] for model in json.load(response)["data"]]
     except urllib.error.HTTPError as error:
         return error.code, []
@@ -59,7 +64,7 @@ def serving(fleet_lab):
     address = lab_hosts()[UNIT]["ansible_host"]
     status, ids = served_models(address)
     if status == 401:
-        unavailable(f"{UNIT}'s vLLM wants an API key someone else set (e.g. test_secrets_lab); left as it is")
+        unavailable(f"{UNIT}'s vLLM wants an API key other than the lab's (e.g. test_secrets_lab's); left as it is")
     if status != 200 or not ids:
         for name in ("prepare.yml", "rollout.yml"):
             result, seconds = timed_playbook(name, "-l", UNIT)

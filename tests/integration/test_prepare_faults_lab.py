@@ -23,7 +23,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit
+from tests.conftest import LAB_INVENTORY, lab_decision, lab_vars, on_unit, unit_models
 from tests.conftest import lab_playbook as playbook
 from tests.integration.test_fault_matrix_lab import HF_HUB, RELEASE, hub_repo, ok, serving_id, write_host_vars
 
@@ -151,4 +151,5 @@ def test_gated_model_missing_is_refused_with_how_to_fetch_it(faulted):
 def test_control_unit_is_unaffected(faulted):
     record = faulted["records"][CONTROL]
     assert record["decision"] == lab_decision(CONTROL), record
-    assert json.loads(ok(CONTROL, "curl -sf http://127.0.0.1:8000/v1/models"))["data"], "the control unit serves"
+    models = unit_models(CONTROL)
+    assert models.returncode == 0 and json.loads(models.stdout)["data"], "the control unit serves"

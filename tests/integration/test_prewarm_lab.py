@@ -21,7 +21,7 @@ import pytest
 
 from specfleet import prewarm
 from tests.bench.prewarm_start import emulator_start, module, on_unit, plans, serve_params
-from tests.conftest import REPO, lab_playbook, recap
+from tests.conftest import REPO, lab_playbook, recap, unit_models
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~7 min: CI runs it, `scripts/test --slow` here
 
@@ -199,9 +199,7 @@ def test_golden_units_and_restored_serving(prewarmed, keys):
     assert not [event for event in prewarmed["events"]["agxorin-jp6-01"] if event[0] == "specfleet-vllm"]
     for host in SERVING:  # the same container, running again, serving
         assert container_state(host, "specfleet-vllm") == prewarmed["serving_before"][host]
-        status = on_unit(host, "python3 -c \"import urllib.request as u; "
-                               "print(u.urlopen('http://127.0.0.1:8000/v1/models').status)\"").stdout.strip()
-        assert status == "200", host
+        assert unit_models(host).returncode == 0, host
     for host in UNITS:
         assert container_state(host, "specfleet-prewarm") == "", host
 

@@ -13,9 +13,18 @@ import pytest
 import yaml
 from specfleet_lab import lab
 
+from specfleet import event_key, serving
 from specfleet import report as report_module
-from specfleet import serving
-from tests.conftest import changed_tasks, lab_decision, on_unit, recap, serving_options
+from tests.conftest import (
+    LAB_INVENTORY,
+    changed_tasks,
+    lab_api_key,
+    lab_decision,
+    on_unit,
+    recap,
+    serving_options,
+    unit_models,
+)
 from tests.conftest import lab_hosts as hosts
 from tests.conftest import lab_playbook as playbook
 
@@ -102,6 +111,23 @@ def test_rollout_decisions(rolled_out):
     assert any("EAGLE-3 not allowed on orin_nano" in reason for reason in nano["plan_reasons"])
 
 
+def test_units_serve_with_this_events_key_and_a_read_only_model_cache(rolled_out):
+    """No key in the lab inventory: the first run generated one into the lab's Vault; vLLM
+    then refuses /v1 without it, and the serving cannot change the models it reads."""
+    key_file = event_key.key_file(LAB_INVENTORY)
+    assert key_file.read_bytes().startswith(b"$ANSIBLE_VAULT;1.2;AES256;lab\n")
+    key = lab_api_key()
+    assert key not in rolled_out["result"].stdout + rolled_out["result"].stderr
+    status = "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models"
+    assert on_unit("thor-01", status).stdout == "401"
+    assert on_unit("thor-01", status + " -H @-", stdin=f"Authorization: Bearer {key}\n").stdout == "200"
+    mounts = json.loads(on_unit("thor-01", "docker inspect -f '{{json .Mounts}}' specfleet-vllm").stdout)
+    (hf_cache,) = [mount for mount in mounts if mount["Destination"] == "/root/.cache/huggingface"]
+    assert hf_cache["RW"] is False, hf_cache
+    write = on_unit("thor-01", "docker exec specfleet-vllm touch /root/.cache/huggingface/hub/x")
+    assert write.returncode != 0 and "Read-only file system" in write.stderr, write
+
+
 @pytest.mark.parametrize(("host", "failure_class"), [
     ("agxorin-jp6-02", "oom_at_start"),
     ("agxorin-jp72-02", "spec_config_rejected"),
@@ -112,7 +138,7 @@ def test_faulted_units_end_on_their_baseline(rolled_out, host, failure_class):
     assert record["decision"] == "failed"
     assert record["failure"]["failure_class"] == failure_class, record["reasons"]
     assert record["serving"] == "baseline"
-    models = on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models")
+    models = unit_models(host)
     assert models.returncode == 0, f"{host} is not serving after its rollback"
     release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
     assert release["current"]["kind"] == "baseline" and release["current"]["speculative_config"] is None

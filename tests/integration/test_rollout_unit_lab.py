@@ -33,6 +33,7 @@ from tests.conftest import (
     recap,
     serving_options,
     start_lab_playbook,
+    unit_models,
 )
 from tests.conftest import lab_playbook as playbook
 
@@ -114,7 +115,7 @@ def test_kept_serving_that_no_longer_starts_is_measured_again(fleet_lab, decided
         assert record["baseline"]["ok"]
         release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
         assert release["current"]["kind"] == release["known_good"]["kind"] == "baseline"
-        assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+        assert unit_models(host).returncode == 0
     finally:
         lab.set_faults(fleet_lab, host, None)
     # Without the fault the candidate starts again and is measured when asked to, and the gate
@@ -145,7 +146,7 @@ def test_dgx_spark_rejected_config_rolls_back_and_rollback_restarts_its_files(fl
     assert on_unit(SPARK, "docker rm -f specfleet-vllm").returncode == 0
     rollback = playbook("rollback.yml", "-l", SPARK)
     assert rollback.returncode == 0, rollback.stdout[-4000:]
-    assert on_unit(SPARK, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    assert unit_models(SPARK).returncode == 0
     release = json.loads(on_unit(SPARK, "cat /var/lib/specfleet/release.json").stdout)
     assert release["current"]["spec_id"] == release["known_good"]["spec_id"]
     path, served = serving_options(SPARK)
@@ -169,7 +170,7 @@ def test_a_port_from_the_policy_is_served_waited_on_and_measured(decided, tmp_pa
     assert record["measurement"]["blocks"][:3] == ["baseline", "speculative", "baseline"]
     release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
     assert release["current"] == release["known_good"] and release["current"]["port"] == 8000
-    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    assert unit_models(host).returncode == 0
     assert on_unit(host, "curl -sf http://127.0.0.1:9000/health").returncode != 0
 
 
@@ -240,7 +241,7 @@ def test_a_rollout_killed_after_its_candidate_started_is_rolled_back_by_the_next
     serving_after = running_container(host)
     assert serving_after["status"] == "running" and serving_after["args"] == serving.argv(known_good)[1:]
     assert serving_after["config_hash"] == serving_before["config_hash"]
-    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    assert unit_models(host).returncode == 0
 
     third = playbook("rollout.yml", "-l", host, env={"SPECFLEET_RUNS_DIR": str(tmp_path / "third")})
     assert third.returncode == 0, third.stdout[-4000:]
@@ -261,7 +262,7 @@ def test_a_rebooted_unit_serves_its_decided_config_again_without_a_rollout(fleet
     release = on_unit(host, "cat /var/lib/specfleet/release.json").stdout
     lab.reboot(fleet_lab, host)
     deadline = time.monotonic() + 300
-    while on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode != 0:
+    while unit_models(host).returncode != 0:
         assert time.monotonic() < deadline, f"{host} serves nothing after its reboot"
         time.sleep(3)
     policy_after, started_after, config_after = on_unit(host, inspect).stdout.split()
@@ -291,7 +292,7 @@ def test_a_precision_the_gpu_cannot_run_fails_classified_and_rolls_back(decided,
     assert "Minimum capability: 89. Current capability: 87." in " ".join(record["reasons"])
     after = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
     assert after["current"]["spec_id"] == before["current"]["spec_id"], "not back on what it served before"
-    assert on_unit(host, "curl -sf http://127.0.0.1:8000/v1/models").returncode == 0
+    assert unit_models(host).returncode == 0
 
 
 def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_choice(fleet_lab, decided, tmp_path):

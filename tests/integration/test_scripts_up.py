@@ -3,21 +3,37 @@ mixed lab as stock units (login `nvidia`, sudo password from the lab's Vault, no
 toolkit or Docker SDK), their host keys collected, three faults in the last canary wave and
 two output divergences, site.yml with the AGX Orin canaries sweeping the draft length, and the
 script's own check that exactly the faulted units failed and ended on their baseline. The
-report is read here too."""
+report is read here too.
+
+Secrets (issue 19): the run gets a Hugging Face token from a vault file of its own (-e @file
+--vault-password-file, passed through by scripts/up) and generates this event's API key into
+the lab's Vault. Neither, plain or base64, may show in its output, its Ansible log, the run
+folder or any unit's state and serving log; the units refuse /v1 without the key."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from specfleet_lab import lab
+from specfleet_lab import engine, lab
 
-from tests.conftest import REPO
+from tests.conftest import REPO, lab_api_key
+from tests.integration.test_secrets_lab import leaks, random_secret
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~10 min here
 FAULTED = {"orinnx-01", "orinnano-01", "spark-01"}
+BIN = Path(sys.executable).parent
+
+
+def as_root(cfg, unit: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """A root command on a stock unit (no root login): the lab's engine runs it in the unit."""
+    return subprocess.run([engine.DOCKER_CLI, "exec", "-i", f"{cfg.prefix}-{unit}", "sh", "-c", command],
+                          env={**os.environ, **engine.docker_env(cfg)}, input=stdin or "", capture_output=True,
+                          text=True, timeout=120, check=False)
 
 
 def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
@@ -25,8 +41,17 @@ def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
     if lab.status(cfg)["lab"] != "down":
         lab.down(cfg)  # scripts/up brings up its own (stock) lab
     brought_up.append(True)
-    runs = tmp_path / "runs"
-    result = subprocess.run(["./scripts/up"], cwd=REPO, env={**os.environ, "SPECFLEET_RUNS_DIR": str(runs)},
+    runs, log = tmp_path / "runs", tmp_path / "ansible.log"
+    hf_token = random_secret("hf_", 34)
+    password, vault = tmp_path / "vault-password", tmp_path / "vault.yml"
+    password.write_text(random_secret("", 32) + "\n")
+    password.chmod(0o600)
+    vault.write_text(f"specfleet_hf_token: {hf_token}\n")
+    encrypted = subprocess.run([str(BIN / "ansible-vault"), "encrypt", str(vault), "--vault-password-file",
+                                str(password)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert encrypted.returncode == 0, encrypted.stderr
+    result = subprocess.run(["./scripts/up", "-e", f"@{vault}", "--vault-password-file", str(password)], cwd=REPO,
+                            env={**os.environ, "SPECFLEET_RUNS_DIR": str(runs), "ANSIBLE_LOG_PATH": str(log)},
                             capture_output=True, text=True, timeout=3600, check=False)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
     assert "rehearsal done" in result.stdout
@@ -58,3 +83,20 @@ def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
     table = (run / "report.md").read_text()
     assert "| k sweep |" in table and "k=2 keep" in table and "k=3 from agxorin-jp6-01" in table, table
     assert "baseline drift" in table and "DIVERGED" in table and "numerics tie" in table, table
+    # The units serve with the event's key the run generated into the lab's Vault.
+    assert "ansible-vault view inventory/lab/.specfleet/api_key.yml" in result.stdout
+    key = lab_api_key()
+    status = "curl -s -o /dev/null -w '%{http_code}' -H @- http://127.0.0.1:8000/v1/models"
+    assert as_root(cfg, "thor-01", status, "X-Nothing: 0\n").stdout == "401", "served without the key"
+    assert as_root(cfg, "thor-01", status, f"Authorization: Bearer {key}\n").stdout == "200"
+    env = json.loads(as_root(cfg, "thor-01", "docker inspect -f '{{json .Config.Env}}' specfleet-vllm").stdout)
+    assert {f"VLLM_API_KEY={key}", f"HF_TOKEN={hf_token}"} <= set(env), "both secrets reach vLLM"
+    # Neither secret anywhere else: output, log, run folder, every unit's state and serving log.
+    sources = {"stdout": result.stdout.encode(), "stderr": result.stderr.encode(), "log": log.read_bytes()}
+    sources.update({f"run:{path.relative_to(run)}": path.read_bytes() for path in run.rglob("*") if path.is_file()})
+    for name in records:
+        state = "cat $(find /var/lib/specfleet -type f -size -4M ! -path '*/huggingface/*' ! -path '*/vllm-cache/*')"
+        sources[f"{name}:state"] = as_root(cfg, name, state).stdout.encode()
+        sources[f"{name}:serving log"] = as_root(cfg, name, "docker logs specfleet-vllm 2>&1").stdout.encode()
+    assert all(sources.values()), [source for source, data in sources.items() if not data]
+    assert leaks(sources, {"hf_token": hf_token, "api_key": key}) == []

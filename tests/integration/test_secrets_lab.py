@@ -132,8 +132,8 @@ def vault_run(fleet_lab, tmp_path_factory):
     yield {"tmp": tmp, "secrets": named, "vault": vault, "viewed": viewed.stdout, "result": result,
            "runs": runs, "log": log, "seconds": seconds}
 
-    # Leave the shared unit serving without a key nobody knows: the same rollout without
-    # secrets goes back to the keyless serving (an earlier decision, so nothing is measured).
+    # Leave the shared unit serving without a key nobody knows: the same rollout without these
+    # secrets goes back to the lab's own event key (an earlier decision, so nothing is measured).
     cleanup_runs = tmp / "cleanup-runs"
     cleanup_runs.mkdir()
     playbook("playbooks/rollout.yml", env={"SPECFLEET_RUNS_DIR": str(cleanup_runs)})
