@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -107,9 +108,21 @@ def on_unit(
     )
 
 
+# On a unit: the HTTP status of its vLLM's GET /v1/models, with the headers given on stdin.
+MODELS_STATUS = "curl -s -o /dev/null -w '%{http_code}' -H @- http://127.0.0.1:8000/v1/models"
+
+
 def lab_api_key() -> str:
     """The API key the lab's first run generated (specfleet.event_key), read as a user does:
     ansible-vault view of inventory/lab/.specfleet/api_key.yml (the lab's vault id)."""
+    from specfleet import event_key
+
+    return _viewed_api_key(event_key.key_file(LAB_INVENTORY).read_bytes())
+
+
+@functools.lru_cache(maxsize=4)
+def _viewed_api_key(vaulted: bytes) -> str:
+    """One ansible-vault run per key file content: tests poll units with the key in loops."""
     from specfleet import event_key
 
     viewed = subprocess.run(

@@ -17,6 +17,7 @@ from specfleet import event_key, serving
 from specfleet import report as report_module
 from tests.conftest import (
     LAB_INVENTORY,
+    MODELS_STATUS,
     changed_tasks,
     lab_api_key,
     lab_decision,
@@ -118,9 +119,8 @@ def test_units_serve_with_this_events_key_and_a_read_only_model_cache(rolled_out
     assert key_file.read_bytes().startswith(b"$ANSIBLE_VAULT;1.2;AES256;lab\n")
     key = lab_api_key()
     assert key not in rolled_out["result"].stdout + rolled_out["result"].stderr
-    status = "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models"
-    assert on_unit("thor-01", status).stdout == "401"
-    assert on_unit("thor-01", status + " -H @-", stdin=f"Authorization: Bearer {key}\n").stdout == "200"
+    assert on_unit("thor-01", MODELS_STATUS, stdin="").stdout == "401"
+    assert on_unit("thor-01", MODELS_STATUS, stdin=f"Authorization: Bearer {key}\n").stdout == "200"
     mounts = json.loads(on_unit("thor-01", "docker inspect -f '{{json .Mounts}}' specfleet-vllm").stdout)
     (hf_cache,) = [mount for mount in mounts if mount["Destination"] == "/root/.cache/huggingface"]
     assert hf_cache["RW"] is False, hf_cache

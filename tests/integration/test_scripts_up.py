@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from specfleet_lab import engine, lab
 
-from tests.conftest import REPO, lab_api_key
+from tests.conftest import MODELS_STATUS, REPO, lab_api_key
 from tests.integration.test_secrets_lab import leaks, random_secret
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~10 min here
@@ -86,9 +86,8 @@ def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
     # The units serve with the event's key the run generated into the lab's Vault.
     assert "ansible-vault view inventory/lab/.specfleet/api_key.yml" in result.stdout
     key = lab_api_key()
-    status = "curl -s -o /dev/null -w '%{http_code}' -H @- http://127.0.0.1:8000/v1/models"
-    assert as_root(cfg, "thor-01", status, "X-Nothing: 0\n").stdout == "401", "served without the key"
-    assert as_root(cfg, "thor-01", status, f"Authorization: Bearer {key}\n").stdout == "200"
+    assert as_root(cfg, "thor-01", MODELS_STATUS, "").stdout == "401", "served without the key"
+    assert as_root(cfg, "thor-01", MODELS_STATUS, f"Authorization: Bearer {key}\n").stdout == "200"
     env = json.loads(as_root(cfg, "thor-01", "docker inspect -f '{{json .Config.Env}}' specfleet-vllm").stdout)
     assert {f"VLLM_API_KEY={key}", f"HF_TOKEN={hf_token}"} <= set(env), "both secrets reach vLLM"
     # Neither secret anywhere else: output, log, run folder, every unit's state and serving log.
