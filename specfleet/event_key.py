@@ -44,10 +44,12 @@ def key_yaml(key: str) -> str:
     )
 
 
-def missing_vault_message(path: Path, vault_id: str) -> str:
-    """Why no key can be made: no vault password of ``vault_id`` to encrypt it with."""
+def missing_vault_message(path: Path, vault_id: str | None) -> str:
+    """Why no key can be made: no vault password (of ``vault_id``, when one was asked for) to
+    encrypt it with."""
+    which = f" (vault id '{vault_id}')" if vault_id else ""
     return (
-        f"{KEY_VARIABLE}: not set, and the run has no vault password (vault id '{vault_id}') to keep a generated "
+        f"{KEY_VARIABLE}: not set, and the run has no vault password{which} to keep a generated "
         f"one in {path}. Give the run a vault password (--ask-vault-pass or --vault-password-file; this event's key "
         f"is then generated into that file), set {KEY_VARIABLE} from Vault or the environment, or set "
         f"{OPEN_VARIABLE}: true to serve /v1 without a key (anyone who reaches the units' port can use them)."

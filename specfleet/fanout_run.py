@@ -99,6 +99,8 @@ def nodes_from_inventory(inventory: str, limit: Iterable[str] | None = None) -> 
         missing = wanted - {n.name for n in nodes}
         if missing:
             raise ValueError(f"not in the inventory: {', '.join(sorted(missing))}")
+    if not nodes:
+        raise ValueError("no hosts")
     return nodes
 
 

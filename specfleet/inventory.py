@@ -15,22 +15,32 @@ from specfleet import policy as policy_module
 EXPECTED_FACTS_VAR = policy_module.EXPECTED_FACTS_VAR
 
 
+class InventoryError(ValueError):
+    """An inventory Ansible cannot read (a missing path, a file that does not parse, a vaulted
+    value without its password): one line naming it, for the CLIs to print."""
+
+
 def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
-    """Variables of every host (group_vars and host_vars applied), by host name."""
+    """Variables of every host (group_vars and host_vars applied), by host name. Raises
+    InventoryError when Ansible cannot read the inventory."""
     # Imported here: the rest of the CLI must not pay for loading Ansible.
+    from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
     _load_vault_secrets(loader)
-    inventory = InventoryManager(loader=loader, sources=[inventory_path])
-    variables = VariableManager(loader=loader, inventory=inventory)
-    hosts = sorted(inventory.get_hosts(), key=lambda host: host.name)
-    return {
-        host.name: _plain(variables.get_vars(host=host, include_hostvars=False))
-        for host in hosts
-    }
+    try:
+        inventory = InventoryManager(loader=loader, sources=[inventory_path])
+        variables = VariableManager(loader=loader, inventory=inventory)
+        hosts = sorted(inventory.get_hosts(), key=lambda host: host.name)
+        return {
+            host.name: _plain(variables.get_vars(host=host, include_hostvars=False))
+            for host in hosts
+        }
+    except AnsibleError as exc:
+        raise InventoryError(" ".join(str(exc).split())) from exc
 
 
 def _load_vault_secrets(loader: Any) -> None:

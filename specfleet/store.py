@@ -349,7 +349,10 @@ def tiktoken_table(listed: Any = None) -> tuple[list[Encoding], str]:
 
 def inventory_table(variables: dict[str, dict[str, Any]], inventory: str) -> Any:
     """The specfleet_tiktoken_encodings an inventory sets for its hosts (None: it sets none, the
-    role's defaults apply). Hosts that disagree are refused: one folder holds one table."""
+    role's defaults apply). Hosts that disagree are refused: one folder holds one table. An
+    inventory without hosts is refused too (a wrong path, not an event without units)."""
+    if not variables:
+        raise StoreError(f"{inventory}: no hosts", EXIT_BAD_INPUT)
     tables: dict[str, list[str]] = {}
     for host, host_vars in variables.items():
         if "specfleet_tiktoken_encodings" in host_vars:

@@ -140,6 +140,19 @@ def unit_models(host: str, path: str = "/v1/models") -> subprocess.CompletedProc
                    stdin=f"Authorization: Bearer {lab_api_key()}\n")
 
 
+# What a fan-out may leave on a unit: fleet key entries (any run) in the login user's
+# authorized_keys and key files in ~/.ssh. FLEET_PROBE prints both; fleet_leftovers reads its output.
+FLEET_PROBE = "cat ~/.ssh/authorized_keys 2>/dev/null; echo '--- ls'; ls -1 ~/.ssh"
+
+
+def fleet_leftovers(probe_output: str) -> list[str]:
+    """Each fleet key entry of FLEET_PROBE's output, and ``file NAME`` per fleet key file."""
+    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
+
+    authorized, listing = probe_output.split("--- ls\n", 1)
+    entries = [line for line in authorized.splitlines() if fleet_key.fleet_run(line) is not None]
+    return entries + [f"file {name}" for name in listing.split() if name.startswith("specfleet_fanout")]
+
 def _lab_playbook_argv(name: str, *extra: str) -> list[str]:
     return [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(LAB_INVENTORY), f"playbooks/{name}",
             *extra]

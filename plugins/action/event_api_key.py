@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ansible import constants
 from ansible.errors import AnsibleError
-from ansible.parsing.vault import VaultLib, match_encrypt_vault_id_secret
+from ansible.parsing.vault import VaultLib, match_encrypt_secret
 from ansible.plugins.action import ActionBase
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
@@ -35,7 +35,9 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = self._task.args
         path = event_key.key_file(Path(str(args.get("inventory_dir") or task_vars["inventory_dir"])).expanduser())
-        vault_id = str(args.get("vault_id") or constants.DEFAULT_VAULT_ENCRYPT_IDENTITY)
+        # As ansible-vault encrypt chooses: the vault id asked for (this task's, else ansible.cfg's
+        # vault_encrypt_identity), else the run's only or first vault password.
+        vault_id = str(args.get("vault_id") or constants.DEFAULT_VAULT_ENCRYPT_IDENTITY or "") or None
         result.update(path=str(path), changed=False)
         if path.exists():
             return result  # this event's key, made by an earlier run: never replaced
@@ -43,10 +45,13 @@ class ActionModule(ActionBase):
         # vault_identity_list): the loader holds them; Ansible has no public accessor.
         loaded = self._loader._vault.secrets or []
         try:
-            _, secret = match_encrypt_vault_id_secret(loaded, encrypt_vault_id=vault_id)
+            matched = match_encrypt_secret(loaded, encrypt_vault_id=vault_id)
         except AnsibleError:
+            matched = None
+        if not matched:
             result.update(failed=True, msg=event_key.missing_vault_message(path, vault_id))
             return result
+        vault_id, secret = matched
         result["changed"] = True
         if self._task.check_mode:
             return result

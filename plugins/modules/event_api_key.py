@@ -15,11 +15,11 @@ short_description: Make this event's vLLM API key once, kept in Ansible Vault be
 description:
   - Runs on the controller only. When C(<inventory_dir>/.specfleet/api_key.yml) does not
     exist, generates a random key (256 bits) and writes it there as C(specfleet_api_key),
-    encrypted with the run's vault password of O(vault_id) (mode 0600, atomically). Every
+    encrypted with the run's vault password (O(vault_id)'s, when given), mode 0600, atomically. Every
     later run reads the same file, so each unit serves with the same key until the file is
     removed.
   - An existing file is never replaced (C(changed) is false).
-  - Fails, naming C(specfleet_api_key), when the run has no vault password of O(vault_id), as the
+  - Fails, naming C(specfleet_api_key), when the run has no vault password (of O(vault_id)), as the
     key would then have nowhere safe to live.
   - The key itself is never returned; read it into the run with M(ansible.builtin.include_vars)
     of RV(path).
@@ -32,7 +32,8 @@ options:
     type: path
   vault_id:
     description: Vault id whose password encrypts the key. Defaults to Ansible's
-      C(vault_encrypt_identity) (C(default)).
+      C(vault_encrypt_identity); when that is not set either, the run's only (or first) vault
+      password, as C(ansible-vault encrypt) chooses.
     type: str
 extends_documentation_fragment:
   - specfleet.fleet.attributes

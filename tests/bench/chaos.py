@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from specfleet_lab import lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
 
-from tests.conftest import LAB_INVENTORY, on_unit, trust_lab_host_keys  # noqa: E402
+from tests.conftest import FLEET_PROBE, LAB_INVENTORY, fleet_leftovers, on_unit, trust_lab_host_keys  # noqa: E402
 from tests.integration.test_fault_matrix_lab import (  # noqa: E402
     HF_HUB,
     RELEASE,
@@ -106,15 +106,6 @@ def corrupt_a_cache_file(rng: random.Random) -> str:
     return f"{unit}:{blob.rsplit('/', 3)[-3]}"
 
 
-def fleet_entries(unit: str) -> list[str]:
-    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
-
-    proc = on_unit(unit, "cat ~/.ssh/authorized_keys 2>/dev/null; echo '--- ls'; ls -1 ~/.ssh")
-    authorized, listing = proc.stdout.split("--- ls\n", 1)
-    return [line for line in authorized.splitlines() if fleet_key.fleet_run(line) is not None] + \
-        [name for name in listing.split() if name.startswith("specfleet_fanout")]
-
-
 def problems_after_recovery(rc: int, log: Path) -> list[str]:
     problems = [] if rc == 0 else [f"the re-run ended with rc {rc}: {last_task(log)}"]
     for unit in UNITS:
@@ -132,7 +123,7 @@ def problems_after_recovery(rc: int, log: Path) -> list[str]:
             verify_live_caches(unit)
         except AssertionError as exc:
             problems.append(f"{unit}: {str(exc).splitlines()[0]}")
-        left = fleet_entries(unit)
+        left = fleet_leftovers(on_unit(unit, FLEET_PROBE).stdout)
         if left:
             problems.append(f"{unit}: fleet key left: {left}")
     return problems

@@ -286,9 +286,10 @@ def write_inventory(directory: Path, case: Case) -> Path:
     return path
 
 
-def run(command: list[str], runs_dir: Path) -> subprocess.CompletedProcess:
+def run(command: list[str], runs_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # SPECFLEET_RUNS_DIR: the summary callback must not pick up someone else's rollout run.
-    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "SPECFLEET_RUNS_DIR": str(runs_dir)}
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "SPECFLEET_RUNS_DIR": str(runs_dir),
+           **(env or {})}
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -444,6 +445,37 @@ def test_cli_refuses_a_truncated_facts_dir_file_naming_it(tmp_path: Path, capsys
     assert cli.main(["plan", "-i", str(inventory), "--facts-dir", str(facts_dir)]) == cli.EXIT_BAD_INPUT
     _, err = capsys.readouterr()
     assert f"--facts-dir {path}: cannot read JSON" in err, err
+
+
+# Every command that reads an inventory, given one Ansible cannot use: exit 2, the path named, no
+# traceback (run as a user runs them, from the checkout, whose ansible.cfg fails unparsed sources).
+INVENTORY_COMMANDS = {
+    "plan": ["plan"], "status": ["status"], "hostkeys": ["hostkeys"], "store-tiktoken": ["store", "tiktoken"],
+}
+BAD_INVENTORIES = {
+    "missing": None,
+    "not-yaml": "all: [hosts: {thor-01\n",
+    "no-hosts": "all:\n  vars:\n    ansible_user: nvidia\n",
+}
+
+
+@pytest.mark.parametrize("inventory_kind", BAD_INVENTORIES)
+@pytest.mark.parametrize("command", INVENTORY_COMMANDS)
+def test_every_inventory_reading_command_refuses_an_unusable_inventory_naming_it(
+        command: str, inventory_kind: str, tmp_path: Path):
+    inventory = tmp_path / "event" / "inventory.yml"
+    content = BAD_INVENTORIES[inventory_kind]
+    if content is not None:
+        inventory.parent.mkdir()
+        inventory.write_text(content)
+    result = run([sys.executable, "-m", "specfleet.cli", *INVENTORY_COMMANDS[command], "-i", str(inventory),
+                  # A closed loopback port: were the inventory taken, nothing would go further.
+                  *(["--dir", str(tmp_path / "tiktoken"), "--url-prefix", "http://127.0.0.1:9/"]
+                    if command == "store-tiktoken" else [])], tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    complaint = result.stderr.strip().splitlines()[-1]
+    assert str(inventory) in complaint and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "tiktoken").exists() or not any((tmp_path / "tiktoken").iterdir())
 
 
 def test_cli_policy_file_names_the_misspelt_variable_and_the_right_one(tmp_path: Path,

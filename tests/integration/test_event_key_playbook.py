@@ -24,9 +24,9 @@ BIN = Path(sys.executable).parent
 MAKE_TASK = "Make this event's API key, once, into Vault"
 
 
-def playbook(inventory: Path, name: str, *extra: str) -> str:
+def playbook(inventory: Path, name: str, *extra: str, env: dict[str, str] | None = None) -> str:
     result = run([str(BIN / "ansible-playbook"), "-i", str(inventory), f"playbooks/{name}", *extra],
-                 inventory.parent / "runs")
+                 inventory.parent / "runs", env)
     return result.stdout + result.stderr
 
 
@@ -81,6 +81,28 @@ def test_a_vault_password_makes_the_events_key_once(tmp_path: Path):
     inventory_two = write_inventory(other, Case("valid", {}, "", ""))
     playbook(inventory_two, "site.yml", "--vault-password-file", str(password))
     assert viewed(event_key.key_file(other), password)[event_key.KEY_VARIABLE] != key, "each event its own key"
+
+
+def test_the_readmes_event_settings_make_the_key_with_their_one_vault_password(tmp_path: Path):
+    """The README's ansible.cfg names a vault_password_file and no vault ids (unlike this
+    checkout's, which names the lab's and an encrypt identity): the key is made with it."""
+    password = password_file(tmp_path)
+    config = tmp_path / "ansible.cfg"
+    config.write_text(f"[defaults]\ncollections_path = {REPO / 'collections'}\nvault_password_file = {password}\n")
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    out = playbook(inventory, "site.yml", env={"ANSIBLE_CONFIG": str(config)})
+    key_file = event_key.key_file(tmp_path)
+    assert key_file.read_bytes().startswith(b"$ANSIBLE_VAULT;1.1;AES256\n"), out
+    assert re.fullmatch(r"sk-specfleet-[A-Za-z0-9_-]{43}", viewed(key_file, password)[event_key.KEY_VARIABLE])
+    assert "Read the unit's identity" in out and "UNREACHABLE" in out, "the run went on to the units: " + out
+
+    no_password = tmp_path / "none"
+    no_password.mkdir()
+    (no_password / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {REPO / 'collections'}\n")
+    out = playbook(write_inventory(no_password, Case("valid", {}, "", "")), "site.yml",
+                   env={"ANSIBLE_CONFIG": str(no_password / "ansible.cfg")})
+    assert "specfleet_api_key: not set, and the run has no vault password to keep a generated one in" in out, out
+    assert tasks_run(out) == CONTROLLER_TASKS | {MAKE_TASK} and "Traceback" not in out, out
 
 
 def test_check_mode_makes_no_key(tmp_path: Path):

@@ -36,7 +36,7 @@ from specfleet_lab.config import LabConfig
 
 from specfleet import cache
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
-from tests.conftest import require_no_lab, trust_lab_host_keys, unavailable
+from tests.conftest import FLEET_PROBE, fleet_leftovers, require_no_lab, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 
@@ -196,13 +196,9 @@ def test_source_dies_mid_distribution(lab_units, tmp_path):
 def fleet_entries(node: Node) -> list[str]:
     """The fleet key entries (any run) in the login user's authorized_keys, and a line per
     fleet key file left in ~/.ssh."""
-    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
-
-    proc = ssh(node, "cat ~/.ssh/authorized_keys 2>/dev/null; echo '--- ls'; ls -1 ~/.ssh")
+    proc = ssh(node, FLEET_PROBE)
     assert proc.returncode == 0, proc.stderr
-    authorized, listing = proc.stdout.split("--- ls\n", 1)
-    entries = [line for line in authorized.splitlines() if fleet_key.fleet_run(line) is not None]
-    return entries + [f"file {name}" for name in listing.split() if name.startswith("specfleet_fanout")]
+    return fleet_leftovers(proc.stdout)
 
 
 def authorized_keys(node: Node) -> str:

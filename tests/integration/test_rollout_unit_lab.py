@@ -1,7 +1,7 @@
 """Single-unit rollouts on the lab's emulated units, each under a fault or a setting of its own:
 out of memory at start, a kept serving that no longer starts, a rejected TensorRT-LLM config, a
-port from the policy, a rollout killed while its candidate is on trial, a reboot, a precision the
-GPU cannot run, and a canary's draft-length sweep.
+port from the policy, a rollout killed while its candidate is on trial, a cache repair killed at its
+switch, a reboot, a precision the GPU cannot run, and a canary's draft-length sweep.
 
 A slow lane (CI runs it): the default lane's test_rollout_lab.py rolls the whole fleet out
 once; these start from each unit's decision, and make it themselves when that module did not
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from tests.conftest import (
     unit_models,
 )
 from tests.conftest import lab_playbook as playbook
+from tests.integration.test_fault_matrix_lab import HF_HUB, verify_live_caches
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]
 SPARK = "spark-01"
@@ -248,6 +250,90 @@ def test_a_rollout_killed_after_its_candidate_started_is_rolled_back_by_the_next
     assert recap(third.stdout)[host]["changed"] == 0, changed_tasks(third.stdout)
     assert running_container(host)["id"] == serving_after["id"]
     assert json.loads(on_unit(host, f"cat {LAYOUT['release_file']}").stdout) == after
+
+
+# Test-only, placed on the test's own unit and removed by it: site's usercustomize (imported at
+# start-up by every Python of the login user) holds one `os` function, at its first call on a path
+# below the model cache, writes its pid to PAUSED and sleeps there, for the test to SIGKILL it.
+PAUSE_AT, PAUSED = "/run/specfleet-test-pause-at", "/run/specfleet-test-paused"
+PAUSE_HOOK = f"""\
+import os, time
+try:
+    _step, _root = open({PAUSE_AT!r}).read().split()
+except OSError:
+    _step = None
+if _step:
+    _real = getattr(os, _step)
+
+    def _paused(*args, **kwargs):
+        path = os.fspath(args[0])
+        if os.path.abspath(path).startswith(_root + os.sep):
+            with open({PAUSED!r}, "w") as out:
+                out.write(f"{{os.getpid()}} {{_step}} {{path}}\\n")
+            while True:
+                time.sleep(60)
+        return _real(*args, **kwargs)
+
+    setattr(os, _step, _paused)
+"""
+
+
+def test_a_cache_repair_killed_before_its_switch_leaves_the_old_live_cache(fleet_lab, decided, tmp_path):
+    """prepare.yml repairs a model whose live copy lost the end of a file: the verified copy is
+    moved beside it, and the cache_store module on the unit is SIGKILLed (with the controller's
+    ansible-playbook) just before the one rename that switches the live link. The live model is
+    the old tree, in place and whole as it was (not a dangling link, not a mix); the next run
+    switches to the verified copy and removes the old one; a third run changes nothing."""
+    host = "agxorin-jp6-02"
+    models = on_unit(host, f"ls -1 {HF_HUB}").stdout.split()
+    model = next(name for name in models if name.startswith("models--"))
+    blob = on_unit(host, f"find -L {HF_HUB}/{model} -path '*/blobs/*' -type f -size +0 | sort | head -1").stdout.strip()
+    assert blob, models
+    assert on_unit(host, f"truncate -s 100 {blob}").returncode == 0
+
+    def live() -> tuple[str, str]:
+        """(the version the live link resolves to, its tree's digests)."""
+        target = on_unit(host, f"readlink -e {HF_HUB}/{model}").stdout.strip()
+        tree = on_unit(host, f"cd {target} && find . -type f -exec sha256sum {{}} + | sort").stdout
+        return target, tree
+
+    before = live()
+    site_dir = on_unit(host, "python3 -c 'import site; print(site.getusersitepackages())'").stdout.strip()
+    hook = f"{site_dir}/usercustomize.py"
+    try:
+        assert on_unit(host, f"mkdir -p {site_dir} && cat > {hook}", stdin=PAUSE_HOOK).returncode == 0
+        assert on_unit(host, f"echo replace {posixpath.dirname(HF_HUB)} > {PAUSE_AT}").returncode == 0
+        log = tmp_path / "killed.log"
+        run = start_lab_playbook("prepare.yml", "-l", host, "--tags", "hf_cache", output=log)
+        try:
+            deadline = time.monotonic() + 900
+            while not (paused := on_unit(host, f"cat {PAUSED} 2>/dev/null").stdout.split()):
+                assert run.poll() is None, f"prepare ended without switching a model:\n{log.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, "prepare never reached the switch"
+                time.sleep(0.5)
+            pid, step, path = paused
+            assert on_unit(host, f"kill -9 {pid}").returncode == 0
+        finally:
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            run.wait(timeout=60)
+    finally:
+        on_unit(host, f"rm -f {hook} {PAUSE_AT} {PAUSED}")
+    assert step == "replace" and path.startswith(f"{HF_HUB}/{model}"), paused
+    # Killed at the switch: the old tree is still the live model, unchanged; the verified copy waits beside it.
+    assert live() == before
+    versions = on_unit(host, f"ls -1 {posixpath.dirname(HF_HUB)}/.specfleet/versions/{model}").stdout.split()
+    assert len(versions) == 2 and posixpath.basename(before[0]) in versions, versions
+
+    again = playbook("prepare.yml", "-l", host, "--tags", "hf_cache")
+    assert again.returncode == 0, again.stdout[-4000:]
+    verify_live_caches(host)
+    versions = on_unit(host, f"ls -1 {posixpath.dirname(HF_HUB)}/.specfleet/versions/{model}").stdout.split()
+    assert versions == [posixpath.basename(live()[0])] != [posixpath.basename(before[0])], versions
+    third = playbook("prepare.yml", "-l", host, "--tags", "hf_cache")
+    assert third.returncode == 0 and recap(third.stdout)[host]["changed"] == 0, changed_tasks(third.stdout)
 
 
 def test_a_rebooted_unit_serves_its_decided_config_again_without_a_rollout(fleet_lab, decided):

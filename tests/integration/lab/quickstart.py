@@ -44,10 +44,11 @@ NOT_IN_A_CLONE_PATHS = {".git", ".venv", ".cache", ".ansible", ".pytest_cache", 
                         "lab/build", "inventory/lab"}
 NOT_IN_A_CLONE = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 # Connection settings the README's inventory makes itself (user, known_hosts, key): not taken
-# from the lab's inventory. The stores: the README's specfleet_files_dir places them.
+# from the lab's inventory. The stores: the README's specfleet_files_dir places them. The API
+# key's vault id: the lab names its vault password "lab", the README's event has the default one.
 LAB_ONLY = {"ansible_host", "ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args",
             "ansible_python_interpreter", "ansible_become_password",
-            "specfleet_hf_cache_store", "specfleet_tiktoken_source_dir"}
+            "specfleet_hf_cache_store", "specfleet_tiktoken_source_dir", "specfleet_api_key_vault_id"}
 
 
 @dataclass

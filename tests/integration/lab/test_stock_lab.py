@@ -30,7 +30,7 @@ from specfleet_lab import aptmirror, inventory, lab
 from specfleet_lab.config import LabConfig
 
 from tests import hub_standin
-from tests.conftest import lab_decision, recap, trust_lab_host_keys, unavailable
+from tests.conftest import MODELS_STATUS, lab_api_key, lab_decision, recap, trust_lab_host_keys, unavailable
 
 pytestmark = pytest.mark.lab
 UNITS = 3
@@ -415,6 +415,18 @@ def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
         assert (run_dir / "report.md").is_file() and QUICKSTART_UNIT in after
         # Reverted (chat): status shows the unit on its known-good baseline, read from its record.
         assert "baseline" in after and "(record" not in after and "UNREACHABLE" not in after, after[-3000:]
+        # The event's first run made its own API key into Vault beside the inventory, and the unit,
+        # decided before under the lab's key, now serves /v1 with the event's key only.
+        key_file = event / ".specfleet" / "api_key.yml"
+        assert key_file.read_text().startswith("$ANSIBLE_VAULT;"), key_file
+        viewed = quickstart.run_as(user, f"ansible-vault view {key_file}", event, env)
+        assert viewed.returncode == 0, viewed.stderr
+        event_key = yaml.safe_load(viewed.stdout)["specfleet_api_key"]
+        assert event_key not in out and event_key != lab_api_key()
+        unit = address(stock_lab, QUICKSTART_UNIT)
+        statuses = [ssh(cfg, "nvidia", unit, MODELS_STATUS, stdin=f"Authorization: Bearer {key}\n").stdout
+                    for key in (event_key, lab_api_key())]
+        assert statuses == ["200", "401"], statuses
     finally:
         quickstart.remove_user()
 
@@ -484,3 +496,8 @@ def test_down_stops_the_mirror_and_keeps_host_keys(cfg: LabConfig, stock_lab: di
         urllib.request.urlopen(aptmirror.uri(cfg) + "/dists/specfleet-lab/InRelease", timeout=2)
     # Kept for the next `lab up`: a known_hosts entry stays valid.
     assert {name: (cfg.host_keys_dir / name / "ssh_host_ed25519_key.pub").read_text() for name in NAMES} == keys
+    # Up again, the same units at the same addresses, for the module's tests that run after this
+    # one (its site lanes, when the module runs alone).
+    lab.up(cfg, "stock", UNITS)
+    assert [(u["name"], u["address"]) for u in lab.status(cfg)["units"]] == [
+        (u["name"], u["address"]) for u in units(stock_lab)]

@@ -31,3 +31,9 @@ def test_the_refusal_names_the_variable_the_file_and_every_way_out():
     parts = ("vault id 'default'", "/inv/.specfleet/api_key.yml", "--ask-vault-pass", "specfleet_open_server: true")
     for part in parts:
         assert part in message
+
+
+def test_without_a_vault_id_asked_for_the_refusal_names_none():
+    message = event_key.missing_vault_message(Path("/inv/.specfleet/api_key.yml"), None)
+    assert "has no vault password to keep a generated one in /inv/.specfleet/api_key.yml" in message
+    assert "vault id" not in message
