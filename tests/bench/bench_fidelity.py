@@ -31,7 +31,11 @@
    p50, TTFT p50, output throughput (and E2E p50) for ours vs theirs, the difference, the
    run-to-run spread of each, and whether each is within 5%, twice: over every request (as
    `vllm bench serve` counts) and with bursty streams left out on both sides (as spec_bench
-   reports). REAL_NOTE (printed) says what is made equal (same prompts and order, a nonce per
+   reports). Each run also reads the server's own histograms (vllm:time_to_first_token_seconds,
+   vllm:request_time_per_output_token_seconds, vllm:e2e_request_latency_seconds) before and
+   after, and prints per side the client's mean per request minus the server's over the same
+   requests: what each client adds to what the server measured, with the server's run-to-run
+   changes taken out. REAL_NOTE (printed) says what is made equal (same prompts and order, a nonce per
    request on both sides so the prefix cache never serves a measured prefill, ignore_eos,
    greedy sampling, max tokens, in-flight concurrency, no warm-up, no retries) and what
    differs on purpose. Then the per-request paired comparison (fidelity_vllm_pair.py, in the
@@ -511,6 +515,28 @@ def prefix_cache_hits(endpoint: client.Endpoint) -> float:
     return sum(v for n, _, v in samples if n in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"))
 
 
+# The server's own per-request histograms (vLLM v1 metrics), on its clocks: TTFT from the request's
+# arrival in the API server to its first token out of the engine; TPOT the engine's first-to-last token
+# time over the tokens after the first; E2E arrival to the last token. No HTTP, SSE or client in them.
+SERVER_HISTOGRAMS = {"ttft_ms": "vllm:time_to_first_token_seconds",
+                     "tpot_ms": "vllm:request_time_per_output_token_seconds",
+                     "e2e_ms": "vllm:e2e_request_latency_seconds"}
+
+
+def server_histograms(endpoint: client.Endpoint) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each SERVER_HISTOGRAMS histogram so far."""
+    _, text = client.http_get(endpoint, "/metrics", 10.0)
+    samples = client.parse_prometheus(text.decode())
+    return {key: (sum(v for n, _, v in samples if n == f"{name}_sum"),
+                  sum(v for n, _, v in samples if n == f"{name}_count")) for key, name in SERVER_HISTOGRAMS.items()}
+
+
+def server_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """The server's mean per request (ms) over the requests between two scrapes."""
+    return {key: ((after[key][0] - before[key][0]) / (after[key][1] - before[key][1]) * 1e3
+                  if after[key][1] > before[key][1] else None) for key in SERVER_HISTOGRAMS}
+
+
 @dataclass
 class Timing:
     """One request as a client measured it (ms), and whether its stream arrived in bursts."""
@@ -533,6 +559,7 @@ class Run:
     wall_s: float
     reported: dict[str, Any]  # the side's own figures for the run, as it reports them
     load: float  # the host's 1-minute load average when the run started (other work on the machine)
+    server_ms: dict[str, Any]  # the server's own mean per request over the run's requests (server_means)
 
 
 def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: int, salt: str) -> Run:
@@ -540,6 +567,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
     the idle time `vllm bench serve` spends starting (REAL_SETTLE_S)."""
     time.sleep(REAL_SETTLE_S)
     hits = prefix_cache_hits(endpoint)
+    histograms = server_histograms(endpoint)
     load = os.getloadavg()[0]
     with ClientOptions(salt):
         bench = client.run_benchmark(
@@ -548,6 +576,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
             deadline_s=1800.0, output_check=0, burst_retries=0,
         )
     hits = prefix_cache_hits(endpoint) - hits
+    server_ms = server_means(histograms, server_histograms(endpoint))
     if not bench["ok"]:
         raise RuntimeError(f"our run_benchmark failed at c={level}: {bench['failure']}")
     cell = bench["results"][REAL_WORKLOAD][client.cell_key(level)]
@@ -563,6 +592,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
         reported={"tpot_ms_p50": client.tpot_p50(cell), "ttft_ms_p50": (cell.get("ttft_ms") or {}).get("p50"),
                   "bursty_left_out": run["bursty_requests"]},
         load=load,
+        server_ms=server_ms,
     )
 
 
@@ -592,9 +622,11 @@ def theirs_run(
         "--result-filename", result_name,
     ]
     hits = prefix_cache_hits(endpoint)
+    histograms = server_histograms(endpoint)
     load = os.getloadavg()[0]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     hits = prefix_cache_hits(endpoint) - hits
+    server_ms = server_means(histograms, server_histograms(endpoint))
     (work / f"vllm-bench-{salt}.log").write_text(" ".join(command) + "\n" + run.stdout + "\n--- stderr ---\n"
                                                  + run.stderr)
     if run.returncode != 0:
@@ -619,6 +651,7 @@ def theirs_run(
         wall_s=theirs["duration"],
         reported={"tpot_ms_p50": theirs["median_tpot_ms"], "ttft_ms_p50": theirs["median_ttft_ms"]},
         load=load,
+        server_ms=server_ms,
     )
 
 
@@ -701,16 +734,37 @@ def compare_level(level: int, ours: list[Run], theirs: list[Run]) -> dict[str, A
     print("  per run, TPOT p50 / TTFT p50 ms / tok/s as each reports it (ours: bursty streams left out), in order: "
           + "; ".join(f"{run.side} {_num(run.reported['tpot_ms_p50'])} / {_num(run.reported['ttft_ms_p50'])} / "
                       f"{run.throughput:.0f}" for run in _alternate(ours, theirs)))
+    against_server = {side: client_minus_server(runs) for side, runs in (("ours", ours), ("theirs", theirs))}
+    print("  client minus the server's own figures, mean ms per request over the same requests (the server: arrival "
+          "at its API server to first / last token out of its engine): "
+          + "; ".join(f"{side} TTFT {_signed(diff['ttft_ms'])}, TPOT {_signed(diff['tpot_ms'])}, "
+                      f"E2E {_signed(diff['e2e_ms'])}" for side, diff in against_server.items()))
     for verdict in verdicts:
         print(f"  c={level} within 5%? {verdict}")
+    out["client_minus_server_ms"] = against_server
     out["bursty"] = bursty
     out["prefix_cache_hit_tokens"] = hits
     out["host_load_average"] = load
     out["output_tokens_per_request"] = lengths
     out["runs"] = [{"side": run.side, "throughput": run.throughput, "wall_s": run.wall_s, "reported": run.reported,
-                    "bursty": sum(r.bursty for r in run.requests), "load": run.load}
+                    "bursty": sum(r.bursty for r in run.requests), "load": run.load, "server_ms": run.server_ms}
                    for run in _alternate(ours, theirs)]
     return out
+
+
+def client_minus_server(runs: list[Run]) -> dict[str, float | None]:
+    """Per figure: the mean over runs of (the client's mean per request - the server's mean per
+    request) for that run; what the client adds to what the server measured (None: no server figure)."""
+    differences: dict[str, float | None] = {}
+    for key in SERVER_HISTOGRAMS:
+        per_run = [statistics.mean(getattr(r, key) for r in run.requests) - run.server_ms[key]
+                   for run in runs if run.server_ms.get(key) is not None]
+        differences[key] = statistics.mean(per_run) if per_run else None
+    return differences
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f}"
 
 
 def _num(value: float | None) -> str:
