@@ -436,9 +436,9 @@ REAL_NOTE = """\
   the rest out of its figures; `vllm bench serve` counts every request. So two comparisons, each with one
   definition on both sides: `every request` (what `vllm bench serve` prints) and `bursty left out` (what spec_bench
   reports: the client's rule, spec_bench_client.stream_arrived_in_bursts, applied to both sides' per-request chunk
-  times; theirs from --save-detailed). The clients also read differently: ours one thread per in-flight request
-  with blocking http.client reads, theirs one asyncio loop with aiohttp; the client's own CPU competes with the
-  server's, which is part of what is compared."""
+  times; theirs from --save-detailed). Both clients read every stream from one thread (ours a selector over
+  non-blocking sockets, a connection per request; theirs an asyncio loop with aiohttp, connections kept alive);
+  the client's own CPU and wake-ups compete with the server's, which is part of what is compared."""
 
 
 def venv_python(venv: Path, code: str) -> bool:

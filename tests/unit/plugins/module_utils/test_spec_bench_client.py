@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -277,33 +279,142 @@ def test_batch_stops_after_the_first_failure(scripted):
     assert len(Scripted.bodies) == 1
 
 
-def test_batch_sends_its_first_requests_together_however_slowly_its_threads_start(monkeypatch):
-    """On a host the server keeps busy a thread can take 100 ms and more to start: the first
-    `concurrency` requests still go out together (as one event loop sends them) and the wall
-    time starts at their dispatch, not at the first thread's."""
-    sent: list[float] = []
+class Paced(BaseHTTPRequestHandler):
+    """A chunked SSE stream of 4 token chunks 25 ms apart; records when each request arrived
+    and the most requests it held at once."""
 
-    def fake_stream_request(endpoint, path, body, timeout, deadline, index, clock, prompt_id):
-        sent.append(time.monotonic())
-        time.sleep(0.05)
-        return client.RequestResult(index=index, sent_at=sent[-1], chunk_times=[sent[-1]], completion_tokens=1,
-                                    prompt_tokens=1, text="x", finish_reason="length", error_class=None,
-                                    error=None, prompt_id=prompt_id)
+    protocol_version = "HTTP/1.1"
+    arrivals: list[float] = []
+    open_now = 0
+    most_open = 0
+    lock = threading.Lock()
 
-    start = threading.Thread.start
+    def log_message(self, *args):
+        pass
 
-    def slow_start(self):
-        start(self)
-        time.sleep(0.04)  # the next thread starts 40 ms later
+    def do_POST(self):  # noqa: N802
+        cls = type(self)
+        with cls.lock:
+            cls.arrivals.append(time.monotonic())
+            cls.open_now += 1
+            cls.most_open = max(cls.most_open, cls.open_now)
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
 
-    monkeypatch.setattr(client, "stream_request", fake_stream_request)
-    monkeypatch.setattr(threading.Thread, "start", slow_start)
-    bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(8)]
-    batch = client.run_batch(client.Endpoint.parse("http://127.0.0.1:9"), client.CHAT_PATH, bodies, 4, timeout=5)
-    first = sorted(sent)[:4]
-    assert first[-1] - first[0] < 0.06  # started one by one they would span 120 ms
-    assert batch.wall_s < 0.1 + 0.08  # two rounds of 50 ms from the first dispatch (one by one: 0.22 s)
-    assert all(r.ok for r in batch.results)
+        def chunk(data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        chunk(sse(chat_chunk("", role="assistant")))
+        for number in range(4):
+            time.sleep(0.025)
+            chunk(sse(chat_chunk(f" t{number}")))
+        with cls.lock:
+            cls.open_now -= 1
+        chunk(sse({**USAGE, "usage": {"completion_tokens": 4}}, "[DONE]"))
+        chunk(b"")
+
+
+def test_batch_holds_concurrency_in_flight_from_one_thread_and_sends_its_first_requests_together():
+    """At c=4, 8 chunked streams of ~100 ms: the first 4 reach the server together (one loop
+    sends them, as `vllm bench serve` does), never more than 4 are open, a new one leaves as
+    one ends (two rounds of wall time), and the client starts no thread."""
+    Paced.arrivals, Paced.open_now, Paced.most_open = [], 0, 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Paced)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = client.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}")
+        bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(8)]
+        threads_before = threading.active_count()
+        batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 4, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert all(r.ok for r in batch.results), [r.error for r in batch.results]
+    assert [r.text for r in batch.results] == [" t0 t1 t2 t3"] * 8
+    assert [len(r.chunk_times) for r in batch.results] == [4] * 8 and all(r.tpot_s > 0.015 for r in batch.results)
+    first = sorted(Paced.arrivals)[:4]
+    assert first[-1] - first[0] < 0.03, first
+    assert Paced.most_open == 4
+    assert 0.2 <= batch.wall_s < 0.2 + 0.15  # two rounds of ~100 ms
+    assert threading.active_count() <= threads_before + 1  # the server's handler threads end on their own
+
+
+def test_a_tls_endpoint_streams_through_the_same_loop(tmp_path, monkeypatch):
+    """https: the loop reads TLS records too (decrypted data the SSL object holds is read
+    before waiting again); the certificate is checked as http.client checks it, here against
+    the test's own CA."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    Paced.arrivals, Paced.open_now, Paced.most_open = [], 0, 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Paced)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    trusting = ssl.create_default_context(cafile=str(cert))
+    monkeypatch.setattr(client.ssl, "create_default_context", lambda: trusting)
+    try:
+        endpoint = client.Endpoint.parse(f"https://127.0.0.1:{server.server_address[1]}")
+        bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(3)]
+        batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 3, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [(r.error, r.text, r.completion_tokens) for r in batch.results] == [(None, " t0 t1 t2 t3", 4)] * 3
+
+
+def reader_body(raw: bytes, step: int) -> tuple[client.ResponseReader, bytes]:
+    reader = client.ResponseReader()
+    body = b"".join(reader.feed(raw[at:at + step]) for at in range(0, len(raw), step))
+    return reader, body
+
+
+CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"6\r\ndata: \r\n3;ext=1\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n")
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_response_reader_decodes_chunked_bodies_split_anywhere(step):
+    reader, body = reader_body(CHUNKED, step)
+    assert (reader.status, body, reader.complete) == (200, b"data: abc", True)
+
+
+def test_response_reader_sized_and_to_close_bodies():
+    reader, body = reader_body(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 5\r\n\r\nhello+extra", 4)
+    assert (reader.status, body, reader.complete) == (400, b"hello", True)
+    reader, body = reader_body(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: x\n\n", 5)
+    assert (body, reader.complete) == (b"data: x\n\n", False)
+    reader.close()
+    assert reader.complete
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP response"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size line"),
+])
+def test_response_reader_refuses_what_is_not_http(raw, message):
+    with pytest.raises(client.ClientError, match=message) as caught:
+        client.ResponseReader().feed(raw)
+    assert caught.value.error_class == client.PROTOCOL_ERROR
+
+
+def test_the_request_is_what_http_client_sends_plus_its_own_connection():
+    endpoint = client.Endpoint.parse("http://unit.lan:8000/base", api_key="k")
+    raw = client.request_bytes(endpoint, client.CHAT_PATH, b'{"a": 1}')
+    head, body = raw.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /base/v1/chat/completions HTTP/1.1" and body == b'{"a": 1}'
+    assert {"Host: unit.lan:8000", "Content-Length: 8", "Connection: close", "authorization: Bearer k",
+            "content-type: application/json"} <= set(lines)
+    assert "Host: [::1]" in client.request_bytes(client.Endpoint.parse("http://[::1]:80"), "/x", b"").decode()
 
 
 # --- metrics ----------------------------------------------------------------------------------
