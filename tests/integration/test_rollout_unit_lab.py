@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from tests.conftest import (
     unit_models,
 )
 from tests.conftest import lab_playbook as playbook
-from tests.integration.test_fault_matrix_lab import HF_HUB, verify_live_caches
+from tests.integration.test_fault_matrix_lab import HF_HUB, lab_vars
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]
 SPARK = "spark-01"
@@ -285,10 +286,15 @@ def test_a_cache_repair_killed_before_its_switch_leaves_the_old_live_cache(fleet
     the old tree, in place and whole as it was (not a dangling link, not a mix); the next run
     switches to the verified copy and removes the old one; a third run changes nothing."""
     host = "agxorin-jp6-02"
-    models = on_unit(host, f"ls -1 {HF_HUB}").stdout.split()
-    model = next(name for name in models if name.startswith("models--"))
+    # A model the unit's plan keeps (the hub may also hold others, left by earlier plans, which
+    # prepare leaves alone): the first one prepare compares, from a run that finds all in place.
+    settled = playbook("prepare.yml", "-l", host, "--tags", "hf_cache")
+    assert settled.returncode == 0, settled.stdout[-4000:]
+    compared = settled.stdout.split("Compare the unit's copy of each model with its manifest", 1)[1]
+    repo_id = re.search(r"\(item=([^)]+)\)", compared).group(1)
+    model = "models--" + repo_id.replace("/", "--")
     blob = on_unit(host, f"find -L {HF_HUB}/{model} -path '*/blobs/*' -type f -size +0 | sort | head -1").stdout.strip()
-    assert blob, models
+    assert blob, model
     assert on_unit(host, f"truncate -s 100 {blob}").returncode == 0
 
     def live() -> tuple[str, str]:
@@ -329,7 +335,11 @@ def test_a_cache_repair_killed_before_its_switch_leaves_the_old_live_cache(fleet
 
     again = playbook("prepare.yml", "-l", host, "--tags", "hf_cache")
     assert again.returncode == 0, again.stdout[-4000:]
-    verify_live_caches(host)
+    # The repaired model is its controller manifest, file for file (other models on the unit are not this test's).
+    manifest = json.loads((Path(lab_vars()["specfleet_hf_cache_store"]) / "manifests" / f"{model}.json").read_text())
+    repaired = dict(reversed(line.split(maxsplit=1)) for line in live()[1].splitlines())
+    assert {path.removeprefix("./"): digest for path, digest in repaired.items()} == {
+        path: entry["sha256"] for path, entry in manifest["files"].items()}, model
     versions = on_unit(host, f"ls -1 {posixpath.dirname(HF_HUB)}/.specfleet/versions/{model}").stdout.split()
     assert versions == [posixpath.basename(live()[0])] != [posixpath.basename(before[0])], versions
     third = playbook("prepare.yml", "-l", host, "--tags", "hf_cache")
