@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -153,6 +158,7 @@ def fleet_leftovers(probe_output: str) -> list[str]:
     entries = [line for line in authorized.splitlines() if fleet_key.fleet_run(line) is not None]
     return entries + [f"file {name}" for name in listing.split() if name.startswith("specfleet_fanout")]
 
+
 def _lab_playbook_argv(name: str, *extra: str) -> list[str]:
     return [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(LAB_INVENTORY), f"playbooks/{name}",
             *extra]
@@ -176,6 +182,24 @@ def start_lab_playbook(name: str, *extra: str, env: dict | None = None, output: 
             _lab_playbook_argv(name, *extra), cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})}, start_new_session=True,
         )
+
+
+def kill_when(run: subprocess.Popen, output: Path, reached: Callable[[], Any], within: float, what: str) -> Any:
+    """Poll ``reached`` (every 0.5 s) until it returns something true, while the playbook ``run``
+    (start_lab_playbook, its output in ``output``) goes on; then SIGKILL the run's process group,
+    as a controller that dies, and return what ``reached`` returned. Fails naming ``what`` when the
+    run ends first or ``within`` seconds pass; the run is killed either way."""
+    try:
+        deadline = time.monotonic() + within
+        while not (found := reached()):
+            assert run.poll() is None, f"the run ended before {what}:\n{output.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"never reached: {what}"
+            time.sleep(0.5)
+        return found
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

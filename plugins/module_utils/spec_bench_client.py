@@ -442,8 +442,7 @@ def stream_request(
     batch's loop with one request in it (run_batch).
     """
     check_body(body)
-    results, _ = _exchange(endpoint, path, [_Job(index, body, prompt_id)], 1, timeout, deadline, False, clock)
-    return results[index]
+    return _exchange(endpoint, path, [_Job(index, body, prompt_id)], 1, timeout, deadline, False, clock)[index]
 
 
 class ResponseReader:
@@ -455,7 +454,6 @@ class ResponseReader:
         self._buffer = b""
         self.status: int | None = None
         self.complete = False
-        self._chunked = False
         self._length: int | None = None  # bytes of body left (sized), or of the current chunk
         self._phase = "head"  # head, body, size, data, data_end, trailer
 
@@ -528,7 +526,7 @@ class ResponseReader:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._chunked, self._phase = True, "size"
+            self._phase = "size"
         elif headers.get("content-length", "").isdigit():
             self._length = int(headers["content-length"])
             self._phase = "body"
@@ -635,24 +633,23 @@ def _received(stream: _Stream, data: bytes, now: float) -> RequestResult | None:
     return _outcome(stream, closed)
 
 
-def _timed_out(stream: _Stream) -> RequestResult:
-    seconds = stream.limit - stream.state.sent_at
-    what = "run deadline" if stream.cut_class == DEADLINE else f"request timeout ({seconds:.1f} s)"
-    phase = f"after {len(stream.state.chunk_times)} token chunks" if stream.state.chunk_times else \
-        "before the first token"
-    return _result(stream.job, stream.state, ClientError(stream.cut_class, f"{what} reached {phase}"))
+def _timed_out(job: _Job, state: StreamState, limit: float, cut_class: str) -> RequestResult:
+    """The request's timeout or the run's deadline (`cut_class`) reached at `limit`."""
+    what = "run deadline" if cut_class == DEADLINE else f"request timeout ({limit - state.sent_at:.1f} s)"
+    phase = f"after {len(state.chunk_times)} token chunks" if state.chunk_times else "before the first token"
+    return _result(job, state, ClientError(cut_class, f"{what} reached {phase}"))
 
 
 def _exchange(
     endpoint: Endpoint, path: str, jobs: list[_Job], concurrency: int, timeout: float, deadline: float | None,
     stop_on_error: bool, clock: Any,
-) -> tuple[dict[int, RequestResult], int]:
+) -> dict[int, RequestResult]:
     """Send `jobs` in order, `concurrency` in flight, on one thread: a selector waits on every
     stream at once and reads whichever has data, as `vllm bench serve`'s event loop does. One
     thread per request instead woke the host four times as often per token (1.7 voluntary and
     0.3 forced context switches per token at c=8, against 0.4 and 0.06 for aiohttp), and on a
-    unit the server shares the cores with the client. Returns the results by job index and how
-    many jobs were sent."""
+    unit the server shares the cores with the client. Returns the results by job index (a job
+    not sent after a failure has none)."""
     results: dict[int, RequestResult] = {}
     flying: dict[socket.socket, _Stream] = {}
     context = ssl.create_default_context() if endpoint.scheme == "https" else None
@@ -676,9 +673,8 @@ def _exchange(
         limit, cut_class = sent_at + timeout, TIMEOUT
         if deadline is not None and deadline < limit:
             limit, cut_class = deadline, DEADLINE
-        error = None
         if limit - sent_at <= 0:
-            error = ClientError(DEADLINE, "run deadline reached before the request was sent")
+            result = _result(job, state, ClientError(DEADLINE, "run deadline reached before the request was sent"))
         else:
             sock = None
             try:
@@ -687,19 +683,17 @@ def _exchange(
                     sock = context.wrap_socket(sock, server_hostname=endpoint.host)
                 sock.sendall(request_bytes(endpoint, path, payload))
                 sock.setblocking(False)
-            except TimeoutError:
-                error = ClientError(cut_class, f"{'run deadline' if cut_class == DEADLINE else 'request timeout'} "
-                                               "reached before the request was sent")
-            except OSError as exc:
-                error = ClientError(CONNECTION_ERROR, _describe(exc))
-            if error is None:
                 stream = _Stream(job, state, limit, cut_class, sock)
                 flying[sock] = stream
                 selector.register(sock, selectors.EVENT_READ, stream)
                 return
+            except TimeoutError:
+                result = _timed_out(job, state, limit, cut_class)
+            except OSError as exc:
+                result = _result(job, state, ClientError(CONNECTION_ERROR, _describe(exc)))
             if sock is not None:
                 sock.close()
-        results[job.index] = _result(job, state, error)
+        results[job.index] = result
         stopped = stopped or stop_on_error
 
     try:
@@ -708,7 +702,7 @@ def _exchange(
                 launch(jobs[sent])
                 sent += 1
             if not flying:
-                return results, sent
+                return results
             wait = min(stream.limit for stream in flying.values()) - clock()
             for key, _ in selector.select(max(0.0, wait)) if wait > 0 else []:
                 stream = key.data
@@ -731,7 +725,7 @@ def _exchange(
                     finish(stream, result)
             now = clock()
             for stream in [s for s in flying.values() if now >= s.limit]:
-                finish(stream, _timed_out(stream))
+                finish(stream, _timed_out(stream.job, stream.state, stream.limit, stream.cut_class))
     finally:
         for stream in list(flying.values()):
             stream.sock.close()
@@ -794,28 +788,11 @@ def run_batch(
         check_body(body)
     jobs = [_Job(index, body, prompt_ids[index] if prompt_ids else None) for index, body in enumerate(bodies)]
     start = clock()
-    results, _ = _exchange(endpoint, path, jobs, max(1, concurrency), timeout, deadline, stop_on_error, clock)
+    results = _exchange(endpoint, path, jobs, max(1, concurrency), timeout, deadline, stop_on_error, clock)
     wall = clock() - start
-    final: list[RequestResult] = []
-    for index in range(len(bodies)):
-        outcome = results.get(index)
-        if outcome is not None:
-            final.append(outcome)
-            continue
-        final.append(
-            RequestResult(
-                index=index,
-                sent_at=start,
-                chunk_times=[],
-                completion_tokens=None,
-                prompt_tokens=None,
-                text="",
-                finish_reason=None,
-                error_class=NOT_SENT,
-                error="not sent: the batch stopped after an earlier failure",
-                prompt_id=prompt_ids[index] if prompt_ids else None,
-            )
-        )
+    not_sent = ClientError(NOT_SENT, "not sent: the batch stopped after an earlier failure")
+    final = [results[job.index] if job.index in results else _result(job, StreamState(sent_at=start), not_sent)
+             for job in jobs]
     return BatchResult(final, wall, concurrency)
 
 

@@ -508,33 +508,34 @@ class ClientOptions:
         client.request_tag = self.tag
 
 
-def prefix_cache_hits(endpoint: client.Endpoint) -> float:
-    """Prompt tokens the server's prefix cache has served so far (vllm:prefix_cache_hits)."""
-    _, text = client.http_get(endpoint, "/metrics", 10.0)
-    samples = client.parse_prometheus(text.decode())
-    return sum(v for n, _, v in samples if n in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"))
-
-
 # The server's own per-request histograms (vLLM v1 metrics), on its clocks: TTFT from the request's
 # arrival in the API server to its first token out of the engine; TPOT the engine's first-to-last token
 # time over the tokens after the first; E2E arrival to the last token. No HTTP, SSE or client in them.
 SERVER_HISTOGRAMS = {"ttft_ms": "vllm:time_to_first_token_seconds",
                      "tpot_ms": "vllm:request_time_per_output_token_seconds",
                      "e2e_ms": "vllm:e2e_request_latency_seconds"}
+PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
 
 
-def server_histograms(endpoint: client.Endpoint) -> dict[str, tuple[float, float]]:
-    """(sum, count) of each SERVER_HISTOGRAMS histogram so far."""
+def server_counters(endpoint: client.Endpoint) -> dict[str, float]:
+    """One /metrics scrape: the prompt tokens the prefix cache has served so far
+    (``prefix_cache_hits``) and each SERVER_HISTOGRAMS histogram's ``<key>_sum`` and ``<key>_count``."""
     _, text = client.http_get(endpoint, "/metrics", 10.0)
     samples = client.parse_prometheus(text.decode())
-    return {key: (sum(v for n, _, v in samples if n == f"{name}_sum"),
-                  sum(v for n, _, v in samples if n == f"{name}_count")) for key, name in SERVER_HISTOGRAMS.items()}
+    counters = {"prefix_cache_hits": sum(v for n, _, v in samples if n in PREFIX_CACHE_HITS)}
+    for key, name in SERVER_HISTOGRAMS.items():
+        for part in ("sum", "count"):
+            counters[f"{key}_{part}"] = sum(v for n, _, v in samples if n == f"{name}_{part}")
+    return counters
 
 
-def server_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, Any]:
-    """The server's mean per request (ms) over the requests between two scrapes."""
-    return {key: ((after[key][0] - before[key][0]) / (after[key][1] - before[key][1]) * 1e3
-                  if after[key][1] > before[key][1] else None) for key in SERVER_HISTOGRAMS}
+def server_figures(before: dict[str, float], after: dict[str, float]) -> tuple[float, dict[str, float | None]]:
+    """Between two scrapes: (prefix cache hit tokens, the server's mean per request in ms per
+    SERVER_HISTOGRAMS key, None without requests)."""
+    delta = {name: after[name] - before[name] for name in before}
+    means = {key: delta[f"{key}_sum"] / delta[f"{key}_count"] * 1e3 if delta[f"{key}_count"] > 0 else None
+             for key in SERVER_HISTOGRAMS}
+    return delta["prefix_cache_hits"], means
 
 
 @dataclass
@@ -559,15 +560,14 @@ class Run:
     wall_s: float
     reported: dict[str, Any]  # the side's own figures for the run, as it reports them
     load: float  # the host's 1-minute load average when the run started (other work on the machine)
-    server_ms: dict[str, Any]  # the server's own mean per request over the run's requests (server_means)
+    server_ms: dict[str, Any]  # the server's own mean per request over the run's requests (server_figures)
 
 
 def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: int, salt: str) -> Run:
     """One measured run of our client's run_benchmark, per request from its kept records, after
     the idle time `vllm bench serve` spends starting (REAL_SETTLE_S)."""
     time.sleep(REAL_SETTLE_S)
-    hits = prefix_cache_hits(endpoint)
-    histograms = server_histograms(endpoint)
+    counters = server_counters(endpoint)
     load = os.getloadavg()[0]
     with ClientOptions(salt):
         bench = client.run_benchmark(
@@ -575,8 +575,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
             requests=REAL_REQUESTS, max_tokens=REAL_MAX_TOKENS, seed=SEED, request_timeout=300.0,
             deadline_s=1800.0, output_check=0, burst_retries=0,
         )
-    hits = prefix_cache_hits(endpoint) - hits
-    server_ms = server_means(histograms, server_histograms(endpoint))
+    hits, server_ms = server_figures(counters, server_counters(endpoint))
     if not bench["ok"]:
         raise RuntimeError(f"our run_benchmark failed at c={level}: {bench['failure']}")
     cell = bench["results"][REAL_WORKLOAD][client.cell_key(level)]
@@ -621,12 +620,10 @@ def theirs_run(
         "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(work),
         "--result-filename", result_name,
     ]
-    hits = prefix_cache_hits(endpoint)
-    histograms = server_histograms(endpoint)
+    counters = server_counters(endpoint)
     load = os.getloadavg()[0]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
-    hits = prefix_cache_hits(endpoint) - hits
-    server_ms = server_means(histograms, server_histograms(endpoint))
+    hits, server_ms = server_figures(counters, server_counters(endpoint))
     (work / f"vllm-bench-{salt}.log").write_text(" ".join(command) + "\n" + run.stdout + "\n--- stderr ---\n"
                                                  + run.stderr)
     if run.returncode != 0:

@@ -83,14 +83,21 @@ def test_a_vault_password_makes_the_events_key_once(tmp_path: Path):
     assert viewed(event_key.key_file(other), password)[event_key.KEY_VARIABLE] != key, "each event its own key"
 
 
+def readme_config(directory: Path, password: Path | None) -> dict[str, str]:
+    """The environment of a run under an ansible.cfg like the README's event folder's: a
+    vault_password_file (when given) and no vault ids, unlike this checkout's, which names the
+    lab's and an encrypt identity."""
+    config = directory / "ansible.cfg"
+    config.write_text(f"[defaults]\ncollections_path = {REPO / 'collections'}\n"
+                      + (f"vault_password_file = {password}\n" if password else ""))
+    return {"ANSIBLE_CONFIG": str(config)}
+
+
 def test_the_readmes_event_settings_make_the_key_with_their_one_vault_password(tmp_path: Path):
-    """The README's ansible.cfg names a vault_password_file and no vault ids (unlike this
-    checkout's, which names the lab's and an encrypt identity): the key is made with it."""
+    """The README's ansible.cfg names a vault_password_file and no vault ids: the key is made with it."""
     password = password_file(tmp_path)
-    config = tmp_path / "ansible.cfg"
-    config.write_text(f"[defaults]\ncollections_path = {REPO / 'collections'}\nvault_password_file = {password}\n")
     inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
-    out = playbook(inventory, "site.yml", env={"ANSIBLE_CONFIG": str(config)})
+    out = playbook(inventory, "site.yml", env=readme_config(tmp_path, password))
     key_file = event_key.key_file(tmp_path)
     assert key_file.read_bytes().startswith(b"$ANSIBLE_VAULT;1.1;AES256\n"), out
     assert re.fullmatch(r"sk-specfleet-[A-Za-z0-9_-]{43}", viewed(key_file, password)[event_key.KEY_VARIABLE])
@@ -98,9 +105,8 @@ def test_the_readmes_event_settings_make_the_key_with_their_one_vault_password(t
 
     no_password = tmp_path / "none"
     no_password.mkdir()
-    (no_password / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {REPO / 'collections'}\n")
     out = playbook(write_inventory(no_password, Case("valid", {}, "", "")), "site.yml",
-                   env={"ANSIBLE_CONFIG": str(no_password / "ansible.cfg")})
+                   env=readme_config(no_password, None))
     assert "specfleet_api_key: not set, and the run has no vault password to keep a generated one in" in out, out
     assert tasks_run(out) == CONTROLLER_TASKS | {MAKE_TASK} and "Traceback" not in out, out
 

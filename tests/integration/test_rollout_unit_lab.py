@@ -12,10 +12,8 @@ CUDA vLLM (the emulator, labelled as such) are stood in for.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ from tests.conftest import (
     LAB_INVENTORY,
     REPO,
     changed_tasks,
+    kill_when,
     lab_decision,
     on_unit,
     recap,
@@ -209,18 +208,8 @@ def test_a_rollout_killed_after_its_candidate_started_is_rolled_back_by_the_next
     try:
         run = start_lab_playbook("rollout.yml", "-l", host, "-e", "specfleet_rollout_remeasure=true",
                                  env={"SPECFLEET_RUNS_DIR": str(tmp_path / "killed")}, output=log)
-        try:
-            deadline = time.monotonic() + 1200
-            while "--speculative-config" not in ((running_container(host) or {}).get("args") or []):
-                assert run.poll() is None, f"the rollout ended before its candidate started:\n{log.read_text()[-4000:]}"
-                assert time.monotonic() < deadline, "the candidate never started"
-                time.sleep(0.5)
-        finally:
-            try:
-                os.killpg(run.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            run.wait(timeout=60)
+        kill_when(run, log, lambda: "--speculative-config" in ((running_container(host) or {}).get("args") or []),
+                  1200, "its candidate started")
     finally:
         lab.set_faults(fleet_lab, host, None)
     # The state the issue is about: the record says the known-good baseline, the unit runs the candidate.
@@ -311,20 +300,11 @@ def test_a_cache_repair_killed_before_its_switch_leaves_the_old_live_cache(fleet
         assert on_unit(host, f"echo replace {posixpath.dirname(HF_HUB)} > {PAUSE_AT}").returncode == 0
         log = tmp_path / "killed.log"
         run = start_lab_playbook("prepare.yml", "-l", host, "--tags", "hf_cache", output=log)
-        try:
-            deadline = time.monotonic() + 900
-            while not (paused := on_unit(host, f"cat {PAUSED} 2>/dev/null").stdout.split()):
-                assert run.poll() is None, f"prepare ended without switching a model:\n{log.read_text()[-4000:]}"
-                assert time.monotonic() < deadline, "prepare never reached the switch"
-                time.sleep(0.5)
-            pid, step, path = paused
-            assert on_unit(host, f"kill -9 {pid}").returncode == 0
-        finally:
-            try:
-                os.killpg(run.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            run.wait(timeout=60)
+        # The module on the unit is killed as well (the controller's death does not end it).
+        paused = kill_when(run, log, lambda: on_unit(host, f"cat {PAUSED} 2>/dev/null").stdout.split(), 900,
+                           "prepare reached a model's switch")
+        pid, step, path = paused
+        assert on_unit(host, f"kill -9 {pid}").returncode == 0
     finally:
         on_unit(host, f"rm -f {hook} {PAUSE_AT} {PAUSED}")
     assert step == "replace" and path.startswith(f"{HF_HUB}/{model}"), paused
