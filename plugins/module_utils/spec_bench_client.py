@@ -33,6 +33,7 @@ import http.client
 import json
 import math
 import re
+import select
 import selectors
 import socket
 import ssl
@@ -448,12 +449,14 @@ def stream_request(
 class ResponseReader:
     """An HTTP/1.1 response read incrementally from a socket's bytes (pure): the status line and
     headers, then the body, chunked, sized by Content-Length, or running to the connection's close.
-    ``feed`` returns the body bytes the new data completed; ``complete`` says the body ended."""
+    ``feed`` returns the body bytes the new data completed; ``complete`` says the body ended,
+    ``reusable`` that the connection can carry the next request."""
 
     def __init__(self) -> None:
         self._buffer = b""
         self.status: int | None = None
         self.complete = False
+        self.keep_alive = False  # HTTP/1.1, framed (chunked or sized), no "Connection: close"
         self._length: int | None = None  # bytes of body left (sized), or of the current chunk
         self._phase = "head"  # head, body, size, data, data_end, trailer
 
@@ -515,6 +518,12 @@ class ResponseReader:
         if self._phase == "body" and self._length is None:
             self.complete = True
 
+    @property
+    def reusable(self) -> bool:
+        """The response ended where its framing says and nothing followed it: the connection is
+        at a request boundary and the server keeps it open."""
+        return self.complete and self.keep_alive and not self._buffer
+
     def _start(self, head: str) -> None:
         status_line, *header_lines = head.split("\r\n")
         parts = status_line.split(" ", 2)
@@ -525,6 +534,7 @@ class ResponseReader:
         for line in header_lines:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
+        framed = True
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self._phase = "size"
         elif headers.get("content-length", "").isdigit():
@@ -533,11 +543,13 @@ class ResponseReader:
             self.complete = self._length == 0
         else:
             self._phase = "body"
+            framed = False
+        self.keep_alive = framed and parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
 
 
 def request_bytes(endpoint: Endpoint, path: str, payload: bytes) -> bytes:
-    """The POST of one streaming request, as http.client would send it (plus Connection: close:
-    each request has a connection of its own)."""
+    """The POST of one streaming request, as http.client would send it. HTTP/1.1 keeps the
+    connection open, so the batch's next request can reuse it (_exchange)."""
     host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
     default_port = 443 if endpoint.scheme == "https" else 80
     lines = [
@@ -545,7 +557,6 @@ def request_bytes(endpoint: Endpoint, path: str, payload: bytes) -> bytes:
         f"Host: {host}" if endpoint.port == default_port else f"Host: {host}:{endpoint.port}",
         "Accept-Encoding: identity",
         f"Content-Length: {len(payload)}",
-        "Connection: close",
         *(f"{name}: {value}" for name, value in endpoint.headers(path, json_body=True).items()),
     ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
@@ -567,9 +578,11 @@ class _Stream:
     limit: float
     cut_class: str
     sock: socket.socket
+    reused: bool  # the connection carried an earlier request of the batch
     reader: ResponseReader = field(default_factory=ResponseReader)
     events: SSEParser = field(default_factory=SSEParser)
     error_body: bytearray = field(default_factory=bytearray)
+    draining: bool = False  # the result is in; the response's last bytes are still to come
 
 
 def _result(job: _Job, state: StreamState, error: ClientError | None = None) -> RequestResult:
@@ -640,6 +653,25 @@ def _timed_out(job: _Job, state: StreamState, limit: float, cut_class: str) -> R
     return _result(job, state, ClientError(cut_class, f"{what} reached {phase}"))
 
 
+DRAIN_S = 1.0  # how long a finished stream's last bytes ([DONE] came, the closing chunk not yet) are awaited
+
+
+def _idle_connection(idle: list[socket.socket]) -> socket.socket | None:
+    """A kept connection the server has not closed: one that turned readable while idle holds
+    the server's close (or bytes nobody asked for) and is dropped, as urllib3 checks its pool.
+    poll, not select: a run with many connections may hold descriptors above select's 1024; TLS
+    may hold decrypted bytes already read off the socket (pending), which no poll sees."""
+    while idle:
+        sock = idle.pop()
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        buffered = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        if not buffered and not poller.poll(0):
+            return sock
+        sock.close()
+    return None
+
+
 def _exchange(
     endpoint: Endpoint, path: str, jobs: list[_Job], concurrency: int, timeout: float, deadline: float | None,
     stop_on_error: bool, clock: Any,
@@ -648,24 +680,45 @@ def _exchange(
     stream at once and reads whichever has data, as `vllm bench serve`'s event loop does. One
     thread per request instead woke the host four times as often per token (1.7 voluntary and
     0.3 forced context switches per token at c=8, against 0.4 and 0.06 for aiohttp), and on a
-    unit the server shares the cores with the client. Returns the results by job index (a job
-    not sent after a failure has none)."""
+    unit the server shares the cores with the client.
+
+    A connection whose response ended cleanly carries a later request (HTTP/1.1 keep-alive, as
+    aiohttp's pool does for `vllm bench serve`), so the server accepts `concurrency`
+    connections per batch rather than one per request. A request on a kept connection that
+    the server closed before answering is sent again once on a new one.
+    Returns the results by job index (a job not sent after a failure has none)."""
     results: dict[int, RequestResult] = {}
-    flying: dict[socket.socket, _Stream] = {}
+    flying: dict[socket.socket, _Stream] = {}  # requests in flight, and finished ones draining
+    idle: list[socket.socket] = []
     context = ssl.create_default_context() if endpoint.scheme == "https" else None
     selector = selectors.DefaultSelector()
     sent = 0
     stopped = False
 
-    def finish(stream: _Stream, result: RequestResult) -> None:
-        nonlocal stopped
+    def drop(stream: _Stream) -> None:
         selector.unregister(stream.sock)
         del flying[stream.sock]
-        stream.sock.close()
+
+    def keep_or_close(stream: _Stream) -> None:
+        drop(stream)
+        if stream.reader.reusable and len(idle) < concurrency:
+            idle.append(stream.sock)
+        else:
+            stream.sock.close()
+
+    def finish(stream: _Stream, result: RequestResult) -> None:
+        nonlocal stopped
         results[stream.job.index] = result
         stopped = stopped or (stop_on_error and not result.ok)
+        if result.ok and stream.reader.keep_alive and not stream.reader.complete:
+            stream.draining, stream.limit = True, clock() + DRAIN_S
+        elif result.ok:
+            keep_or_close(stream)
+        else:
+            drop(stream)
+            stream.sock.close()
 
-    def launch(job: _Job) -> None:
+    def launch(job: _Job, fresh: bool = False) -> None:
         nonlocal stopped
         payload = json.dumps(job.body).encode()
         sent_at = clock()
@@ -676,59 +729,92 @@ def _exchange(
         if limit - sent_at <= 0:
             result = _result(job, state, ClientError(DEADLINE, "run deadline reached before the request was sent"))
         else:
-            sock = None
+            sock = None if fresh else _idle_connection(idle)
+            reused = sock is not None
             try:
-                sock = socket.create_connection((endpoint.host, endpoint.port), timeout=max(0.01, limit - clock()))
-                if context is not None:
-                    sock = context.wrap_socket(sock, server_hostname=endpoint.host)
+                if sock is None:
+                    sock = socket.create_connection((endpoint.host, endpoint.port), timeout=max(0.01, limit - clock()))
+                    if context is not None:
+                        sock = context.wrap_socket(sock, server_hostname=endpoint.host)
+                else:
+                    sock.settimeout(max(0.01, limit - clock()))
                 sock.sendall(request_bytes(endpoint, path, payload))
                 sock.setblocking(False)
-                stream = _Stream(job, state, limit, cut_class, sock)
+                stream = _Stream(job, state, limit, cut_class, sock, reused)
                 flying[sock] = stream
                 selector.register(sock, selectors.EVENT_READ, stream)
                 return
             except TimeoutError:
                 result = _timed_out(job, state, limit, cut_class)
             except OSError as exc:
+                if reused:  # the server closed the kept connection as the request left
+                    sock.close()
+                    launch(job, fresh=True)
+                    return
                 result = _result(job, state, ClientError(CONNECTION_ERROR, _describe(exc)))
             if sock is not None:
                 sock.close()
         results[job.index] = result
         stopped = stopped or stop_on_error
 
+    def read(stream: _Stream) -> None:
+        try:
+            data = stream.sock.recv(65536)
+            # TLS: records already decrypted wait in the SSL object, where select cannot see them.
+            while data and context is not None and stream.sock.pending():
+                data += stream.sock.recv(65536)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return
+        except OSError as exc:
+            data, failure = b"", exc
+        else:
+            failure = None
+        if stream.draining:  # kept only if the response now ends cleanly (ResponseReader.reusable)
+            try:
+                stream.reader.feed(data)
+            except ClientError:
+                data = b""  # a malformed tail: closed, as at the server's close
+            if not data or stream.reader.complete:
+                keep_or_close(stream)
+            return
+        if stream.reused and not data and stream.reader.status is None:
+            drop(stream)  # closed before answering: the server had already let the connection go
+            stream.sock.close()
+            launch(stream.job, fresh=True)
+            return
+        if failure is not None:
+            finish(stream, _result(stream.job, stream.state, ClientError(CONNECTION_ERROR, _describe(failure))))
+            return
+        try:
+            result = _received(stream, data, clock())
+        except ClientError as exc:
+            result = _result(stream.job, stream.state, exc)
+        if result is not None:
+            finish(stream, result)
+
     try:
         while True:
+            # A draining stream holds its slot until its response has ended, as the request function of
+            # `vllm bench serve` returns (and frees its semaphore) only then: the next request reuses it.
             while len(flying) < concurrency and sent < len(jobs) and not stopped:
                 launch(jobs[sent])
                 sent += 1
-            if not flying:
+            if (sent == len(jobs) or stopped) and all(stream.draining for stream in flying.values()):
                 return results
             wait = min(stream.limit for stream in flying.values()) - clock()
             for key, _ in selector.select(max(0.0, wait)) if wait > 0 else []:
-                stream = key.data
-                now = clock()
-                try:
-                    data = stream.sock.recv(65536)
-                    # TLS: records already decrypted wait in the SSL object, where select cannot see them.
-                    while data and context is not None and stream.sock.pending():
-                        data += stream.sock.recv(65536)
-                except (BlockingIOError, ssl.SSLWantReadError):
-                    continue
-                except OSError as exc:
-                    finish(stream, _result(stream.job, stream.state, ClientError(CONNECTION_ERROR, _describe(exc))))
-                    continue
-                try:
-                    result = _received(stream, data, now)
-                except ClientError as exc:
-                    result = _result(stream.job, stream.state, exc)
-                if result is not None:
-                    finish(stream, result)
+                if key.fileobj in flying:  # not dropped by an earlier stream's handling in this round
+                    read(key.data)
             now = clock()
             for stream in [s for s in flying.values() if now >= s.limit]:
-                finish(stream, _timed_out(stream.job, stream.state, stream.limit, stream.cut_class))
+                if stream.draining:
+                    drop(stream)
+                    stream.sock.close()
+                else:
+                    finish(stream, _timed_out(stream.job, stream.state, stream.limit, stream.cut_class))
     finally:
-        for stream in list(flying.values()):
-            stream.sock.close()
+        for sock in [*flying, *idle]:
+            sock.close()
         selector.close()
 
 

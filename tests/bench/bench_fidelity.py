@@ -437,7 +437,7 @@ REAL_NOTE = """\
   definition on both sides: `every request` (what `vllm bench serve` prints) and `bursty left out` (what spec_bench
   reports: the client's rule, spec_bench_client.stream_arrived_in_bursts, applied to both sides' per-request chunk
   times; theirs from --save-detailed). Both clients read every stream from one thread (ours a selector over
-  non-blocking sockets, a connection per request; theirs an asyncio loop with aiohttp, connections kept alive);
+  non-blocking sockets, theirs an asyncio loop with aiohttp; both keep their connections alive across requests);
   the client's own CPU and wake-ups compete with the server's, which is part of what is compared."""
 
 

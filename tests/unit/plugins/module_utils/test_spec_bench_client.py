@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import subprocess
@@ -285,6 +286,7 @@ class Paced(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     arrivals: list[float] = []
+    end_delay = 0.0  # seconds between [DONE] and the chunked body's closing chunk
     open_now = 0
     most_open = 0
     lock = threading.Lock()
@@ -315,7 +317,21 @@ class Paced(BaseHTTPRequestHandler):
         with cls.lock:
             cls.open_now -= 1
         chunk(sse({**USAGE, "usage": {"completion_tokens": 4}}, "[DONE]"))
+        time.sleep(cls.end_delay)
         chunk(b"")
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]):
+    """A threaded HTTP server with `handler` on 127.0.0.1; yields its endpoint, shuts it down after."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield client.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_batch_holds_concurrency_in_flight_from_one_thread_and_sends_its_first_requests_together():
@@ -323,17 +339,10 @@ def test_batch_holds_concurrency_in_flight_from_one_thread_and_sends_its_first_r
     sends them, as `vllm bench serve` does), never more than 4 are open, a new one leaves as
     one ends (two rounds of wall time), and the client starts no thread."""
     Paced.arrivals, Paced.open_now, Paced.most_open = [], 0, 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Paced)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = client.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}")
+    with serving(Paced) as endpoint:
         bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(8)]
         threads_before = threading.active_count()
         batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 4, timeout=5)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert all(r.ok for r in batch.results), [r.error for r in batch.results]
     assert [r.text for r in batch.results] == [" t0 t1 t2 t3"] * 8
     assert [len(r.chunk_times) for r in batch.results] == [4] * 8 and all(r.tpot_s > 0.015 for r in batch.results)
@@ -371,6 +380,76 @@ def test_a_tls_endpoint_streams_through_the_same_loop(tmp_path, monkeypatch):
     assert [(r.error, r.text, r.completion_tokens) for r in batch.results] == [(None, " t0 t1 t2 t3", 4)] * 3
 
 
+class KeepAlive(Paced):
+    """Paced streams, recording each request's client port (its connection). ``drop_second``:
+    the second request on every connection is read and the connection closed unanswered, as a
+    server whose keep-alive timeout ran out just as the request arrived."""
+
+    ports: list[int] = []
+    dropped = 0
+    drop_second = False
+
+    def do_POST(self):  # noqa: N802
+        cls = type(self)
+        served = getattr(self, "served", 0)
+        self.served = served + 1
+        if cls.drop_second and served == 1:
+            self.rfile.read(int(self.headers["content-length"]))
+            cls.dropped += 1
+            self.close_connection = True
+            return
+        cls.ports.append(self.client_address[1])
+        super().do_POST()
+
+
+def keep_alive_batch(requests: int, concurrency: int, drop_second: bool, end_delay: float = 0.0) -> client.BatchResult:
+    KeepAlive.ports, KeepAlive.dropped, KeepAlive.drop_second, KeepAlive.end_delay = [], 0, drop_second, end_delay
+    KeepAlive.arrivals, KeepAlive.open_now, KeepAlive.most_open = [], 0, 0
+    with serving(KeepAlive) as endpoint:
+        bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(requests)]
+        return client.run_batch(endpoint, client.CHAT_PATH, bodies, concurrency, timeout=5)
+
+
+def test_a_batch_reuses_its_connections_as_vllm_bench_serves_pool_does():
+    """8 requests at c=2 on an HTTP/1.1 server that keeps connections: 2 connections carry them
+    all (one per request before: the server accepted and tore down 8)."""
+    batch = keep_alive_batch(8, 2, drop_second=False)
+    assert [(r.error, r.text) for r in batch.results] == [(None, " t0 t1 t2 t3")] * 8
+    assert len(KeepAlive.ports) == 8 and len(set(KeepAlive.ports)) == 2, KeepAlive.ports
+
+
+def test_a_stream_ends_at_done_and_its_connection_waits_for_the_bodys_end_to_be_reused():
+    """The closing chunk comes 400 ms after [DONE]: each request's figures end at its last token
+    (not 400 ms later), and the next request waits for the connection (its slot is held until
+    the response ended, as vllm bench serve's request function returns only then). The margins
+    are wide for a loaded CI machine: 100 ms of stream, 300 ms of slack, 400 ms of delay."""
+    batch = keep_alive_batch(3, 1, drop_second=False, end_delay=0.4)
+    assert [(r.error, r.text) for r in batch.results] == [(None, " t0 t1 t2 t3")] * 3
+    assert len(set(KeepAlive.ports)) == 1, KeepAlive.ports
+    assert all(r.e2e_s < 0.1 + 0.3 for r in batch.results), [r.e2e_s for r in batch.results]
+    later = sorted(KeepAlive.arrivals)
+    assert all(b - a >= 0.1 + 0.4 for a, b in zip(later, later[1:], strict=False)), later
+
+
+def test_a_kept_connection_the_server_closed_unanswered_is_retried_once_on_a_new_one():
+    batch = keep_alive_batch(6, 1, drop_second=True)
+    assert [(r.error, r.text) for r in batch.results] == [(None, " t0 t1 t2 t3")] * 6
+    assert KeepAlive.dropped == 5 and len(KeepAlive.ports) == 6 and len(set(KeepAlive.ports)) == 6
+    assert all(r.ttft_s < 0.5 for r in batch.results)  # timed from the send that was answered
+
+
+def test_a_connection_is_kept_only_at_a_clean_http11_response_boundary():
+    framed = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    assert reader_body(framed, 1000)[0].reusable
+    assert not reader_body(framed.replace(b"2\r\n", b"2\r\nConnection: close\r\n"), 1000)[0].reusable
+    assert not reader_body(framed.replace(b"HTTP/1.1", b"HTTP/1.0"), 1000)[0].reusable
+    assert not reader_body(framed + b"HTTP/1.1 200", 1000)[0].reusable  # bytes nobody asked for
+    assert not reader_body(CHUNKED[:-5], 1000)[0].reusable and reader_body(CHUNKED, 3)[0].reusable
+    to_close = reader_body(b"HTTP/1.1 200 OK\r\n\r\ndata", 1000)[0]
+    to_close.close()
+    assert to_close.complete and not to_close.reusable
+
+
 def reader_body(raw: bytes, step: int) -> tuple[client.ResponseReader, bytes]:
     reader = client.ResponseReader()
     body = b"".join(reader.feed(raw[at:at + step]) for at in range(0, len(raw), step))
@@ -406,14 +485,15 @@ def test_response_reader_refuses_what_is_not_http(raw, message):
     assert caught.value.error_class == client.PROTOCOL_ERROR
 
 
-def test_the_request_is_what_http_client_sends_plus_its_own_connection():
+def test_the_request_is_what_http_client_sends():
     endpoint = client.Endpoint.parse("http://unit.lan:8000/base", api_key="k")
     raw = client.request_bytes(endpoint, client.CHAT_PATH, b'{"a": 1}')
     head, body = raw.split(b"\r\n\r\n", 1)
     lines = head.decode().split("\r\n")
     assert lines[0] == "POST /base/v1/chat/completions HTTP/1.1" and body == b'{"a": 1}'
-    assert {"Host: unit.lan:8000", "Content-Length: 8", "Connection: close", "authorization: Bearer k",
+    assert {"Host: unit.lan:8000", "Content-Length: 8", "authorization: Bearer k",
             "content-type: application/json"} <= set(lines)
+    assert not [line for line in lines if line.lower().startswith("connection:")]  # HTTP/1.1: kept open
     assert "Host: [::1]" in client.request_bytes(client.Endpoint.parse("http://[::1]:80"), "/x", b"").decode()
 
 
