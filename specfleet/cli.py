@@ -22,10 +22,10 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity im
 )
 
 from specfleet import cache as cache_module
+from specfleet import compare, render, variables
 from specfleet import inventory as inventory_module
 from specfleet import kserve as kserve_module
 from specfleet import policy as policy_module
-from specfleet import render, variables
 from specfleet import report as report_module
 from specfleet.catalog import DataFileError, load_catalog
 from specfleet.plan import plan_fleet
@@ -211,19 +211,44 @@ def cmd_cache_manifest(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     runs_dir = Path(args.runs_dir) if args.runs_dir else report_module.runs_root()
+    if args.compare:
+        if args.out or args.write or args.format != "md":
+            print("specfleet report --compare: prints Markdown to stdout; --format, --out and --write do not apply",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
+        # A run id under --runs-dir, or the path of a run folder.
+        dirs = [Path(run) if (Path(run) / "units").is_dir() else runs_dir / run for run in args.compare]
+        missing = [run for run, path in zip(args.compare, dirs, strict=True) if not (path / "units").is_dir()]
+        if missing:
+            print(f"specfleet report --compare: no run named {', '.join(missing)} in {runs_dir}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        try:
+            found = compare.compare_runs(report_module.load_run(dirs[0]), report_module.load_run(dirs[1]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"specfleet report --compare: a unit record could not be read: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        sys.stdout.write(compare.to_markdown(found, dirs[0].name, dirs[1].name))
+        return 0
     run_dir = runs_dir / args.run if args.run else report_module.latest_run(runs_dir)
     if run_dir is None or not (run_dir / "units").is_dir():
         wanted = f"named {args.run}" if args.run else "at all"
         print(f"specfleet report: no run {wanted} in {runs_dir}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    written = report_module.write_report(run_dir)
-    name = {"json": "report.json", "md": "report.md", "html": "report.html"}[args.format]
-    if args.format == "html":
-        print(run_dir / name)
-    else:
-        sys.stdout.write((run_dir / name).read_text())
+    if args.out or args.write:
+        into = Path(args.out) if args.out else run_dir
+        try:
+            into.mkdir(parents=True, exist_ok=True)
+            written = report_module.write_report(run_dir, into)
+        except OSError as exc:
+            print(f"specfleet report: --out {into}: cannot write there: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print("\n".join(f"{into / name}" for name in written["files"]))
+        return 0
+    # Rendered, not written: the run's own files stay as the playbook left them.
+    outputs, records = report_module.render(run_dir)
+    sys.stdout.write(outputs[f"report.{args.format}"])
     if args.format == "md":
-        print("\n".join(written["summary_lines"]), file=sys.stderr)
+        print("\n".join(report_module.summary_lines(records, run_dir.name)), file=sys.stderr)
     return 0
 
 
@@ -372,14 +397,21 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--format", choices=("table", "json"), default="table")
     manifest.set_defaults(func=cmd_cache_manifest)
 
-    report = commands.add_parser("report", help="write and show a rollout run's report")
+    report = commands.add_parser("report", help="render a rollout run's report (stdout, or files with --out)")
     which = report.add_mutually_exclusive_group()
     which.add_argument("--run", help="run id (a folder under --runs-dir)")
     which.add_argument("--latest", action="store_true", help="the newest run (default)")
+    which.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                       help="per unit, what changed from RUN_A to RUN_B and which figures moved beyond their noise")
     report.add_argument("--runs-dir", default=None,
                         help="folder of runs (default $SPECFLEET_RUNS_DIR, else runs/ here)")
-    report.add_argument("--format", choices=("json", "md", "html"), default="md",
-                        help="print JSON or Markdown, or the path of the HTML page")
+    report.add_argument("--format", choices=("md", "html", "json", "csv"), default="md",
+                        help="what to print on stdout (default md)")
+    written = report.add_mutually_exclusive_group()
+    written.add_argument("--out", metavar="DIR", default=None,
+                         help="write report.{md,html,json,csv} into DIR instead of printing")
+    written.add_argument("--write", action="store_true",
+                         help="write them into the run's own folder again (as the playbook did)")
     report.set_defaults(func=cmd_report)
 
     status = commands.add_parser(

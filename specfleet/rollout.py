@@ -311,18 +311,24 @@ def block_measured(
     plan: Mapping[str, Any],
     bench: Mapping[str, Any],
     policy: Mapping[str, Any],
-    resolved_speculative_config: Mapping[str, Any] | None = None,
+    started: Mapping[str, Any] | None = None,
 ) -> State:
-    """One block's bench completed (of the side ``state["next"]`` named). With no speculative
-    method that fits, the first baseline block is the whole measurement. Otherwise the blocks go
+    """One block's bench completed (of the side ``state["next"]`` named); ``started`` is what
+    the serving's start reported (specfleet.fleet.vllm_container). With no speculative method
+    that fits, the first baseline block is the whole measurement. Otherwise the blocks go
     baseline, speculative, baseline; after each baseline block that follows a speculative one the
     gate decides: keep (the candidate is served again and becomes the known-good), revert (the
     known-good serves), or measure one more pair."""
     side = state["next"]
+    started = started or {}
     block: dict[str, Any] = {"side": side, "bench": dict(bench)}
+    if started.get("startup_seconds") is not None:
+        # Started for this block (not already serving): how long it took, and whether
+        # torch.compile's cache served it (a miss after an image change costs minutes).
+        block["startup"] = {"seconds": started["startup_seconds"], "compile_cache": started.get("compile_cache")}
     if side == paired.SPECULATIVE:
         # What vLLM resolved the speculative config to, as its serving's start reported it.
-        block["resolved_speculative_config"] = dict(resolved_speculative_config or {}) or None
+        block["resolved_speculative_config"] = dict(started.get("resolved_speculative_config") or {}) or None
         if state.get("next_tokens") is not None:
             block["tokens"] = state["next_tokens"]
         if state.get("table"):
@@ -358,6 +364,16 @@ def block_measured(
                  "since": len(blocks) - 1}
         return _measuring(state, paired.SPECULATIVE, table=table)
     return _decided(state, plan, policy, verdict)
+
+
+def startup(blocks: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per side, its first start among ``blocks`` ({"seconds", "compile_cache"}); a side that
+    was already serving when its blocks began has none."""
+    found: dict[str, Any] = {}
+    for block in blocks:
+        if block.get("startup") and block["side"] not in found:
+            found[block["side"]] = dict(block["startup"])
+    return found
 
 
 def _swept_block(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[str, Any]) -> State:
@@ -422,6 +438,7 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
         "baseline": slim(first_baseline),
         "speculative": slim(last_candidate),
         "resolved_speculative_config": resolved,
+        "startup": startup(blocks),
         "serving": "speculative" if keep else (known_good or {}).get("kind"),
     }
     if retry is not None:
@@ -441,15 +458,17 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
 
 
 def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
-    """How the gate measured, for the report: the blocks, the baseline's drift, the confidence
-    and the output check's findings (first divergences, not every token)."""
+    """How the gate measured, for the report: the blocks, the baseline's drift, the thresholds
+    (the confidence among them) and the output check's findings (first divergences, not every token)."""
     found = verdict.get("output_check") or {}
     return {
         # The gated workloads in the gate's order, the primary first (records are written with
         # sorted keys, so the figures' own order does not survive).
         "workloads": list(verdict.get("gate_workloads") or []),
         "blocks": list(verdict.get("blocks") or []),
-        "confidence": (verdict.get("thresholds") or {}).get("specfleet_gate_confidence"),
+        # Every specfleet_gate_* value the verdict was taken with (the report's settings and the
+        # speedup threshold drawn on its charts).
+        "thresholds": dict(verdict.get("thresholds") or {}),
         "drift": verdict.get("drift"),
         "output_check": {key: found.get(key) for key in ("compared", "identical", "ties", "diverged", "unstable")},
     }

@@ -22,6 +22,14 @@ from ansible_collections.specfleet.fleet.plugins.module_utils import jetson_iden
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_UNITS = REPO / "tests" / "fixtures" / "units"
+# Tests read Ansible's own task lines (TASK [...], changed:, fatal:), which the quiet console
+# (ansible.cfg's stdout callback) leaves out; it is tested on its own (test_console_callback)
+# and on the README's main command (test_scripts_up), which take this out of their environment.
+CONSOLE_FULL = "SPECFLEET_CONSOLE_FULL"
+# Unit records a lab rollout wrote (a Thor reverted on the chat check, two AGX Orins kept), read
+# with specfleet.report.load_run by the report, comparison and visual tests.
+RECORDED_RUN = REPO / "tests" / "fixtures" / "runs" / "lab-rollout"
+os.environ.setdefault(CONSOLE_FULL, "1")
 
 
 def unavailable(reason: str) -> None:
@@ -269,6 +277,7 @@ def lab_decision(host: str) -> str:
     return LAB_DECISIONS[host.split("-", 1)[0]]
 
 
+LAB_GROUP = "lab"  # the pytest-xdist group of the tests that drive the lab
 LAB_PROFILE = "mixed"
 LAB_UNITS = 9
 
@@ -288,6 +297,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (1, 0 if "fleet_lab" in getattr(item, "fixturenames", ()) else 1)
 
     items.sort(key=position)
+
+
+
+@functools.cache
+def drives_the_lab(module_path: str) -> bool:
+    """Whether a test module (a path from the rootdir, as in node ids) drives the lab: marked
+    `lab` (or `molecule`, whose scenarios run on the lab's Docker engine) in its source, which
+    is where every module of this suite marks it (pytestmark or a decorator)."""
+    source = (REPO / module_path).read_text()
+    return "pytest.mark.lab" in source or "pytest.mark.molecule" in source
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """There is one lab per machine (its dockerd, namespaces and state file): under pytest-xdist
+    (scripts/test runs two workers) every module that drives it goes to one worker as one unit
+    of work, in the order pytest_collection_modifyitems gives, and the other modules run on the
+    other worker meanwhile (the lab's tests mostly wait on units: about half the CPU idles).
+    A scheduler of our own: xdist's `loadgroup` marks node ids in a way pytest 9 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return LAB_GROUP if drives_the_lab(module) else module
+
+    return LabOnOneWorker(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ HOST_PACKAGES: dict[str, str] = {
     "openssh-client": "ssh to units; ssh-keygen for the controller key",
     "rsync": "what the toolkit uses to copy model caches",
     "docker-registry": "the LAN registry (distribution 2.8) serving engine images",
+    "chromium": "renders the fleet report headless in its visual test",
+    "fonts-dejavu-core": "the fonts that rendering uses",
 }
 
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")

@@ -32,7 +32,7 @@ ARGUMENTS = {
     "trial_rollback_did_not_start": ("failure_class",),
     "earlier_did_not_start": ("failure_class",),
     "candidate_did_not_start": ("task", "result"),
-    "block_measured": ("bench", "resolved_speculative_config"),
+    "block_measured": ("bench", "started"),
     "failed": ("task", "result"),
     "rollback_did_not_start": ("failure_class",),
     "rollback": ("record", "record_path"),
@@ -122,7 +122,7 @@ class ActionModule(ActionBase):
             return rollout.candidate_did_not_start(state, plan, args["task"] or "?", args["result"] or {}, policy)
         if step == "block_measured":
             policy = self._templar.template(task_vars.get("specfleet_policy"))
-            return rollout.block_measured(state, plan, args["bench"], policy, args["resolved_speculative_config"])
+            return rollout.block_measured(state, plan, args["bench"], policy, args["started"])
         if step == "failed":
             return rollout.failed(state, args["task"] or "?", args["result"] or {})
         return rollout.finish(state, run_id)

@@ -24,6 +24,9 @@ description:
   - The run is the one the playbook names (the fact C(specfleet_run_id), set once per run by
     the collection's facts play); its folder is C(SPECFLEET_RUNS_DIR)/<run id>, else
     C(runs/)<run id> in the working directory, where the rollout writes its unit records.
+  - Beside them it writes C(run.json), how the run was started (the playbook as given, the
+    inventory when it is not ansible.cfg's) and how long it took, so the report's next commands
+    are typed as the run was.
 author: specfleet contributors (@specfleet)
 requirements:
   - The C(specfleet) Python package on the controller (the collection's requirements.txt)
@@ -31,13 +34,18 @@ requirements:
 """
 
 import json
+import os
+import time
 
+from ansible import constants as C
+from ansible import context
 from ansible.plugins.callback import CallbackBase
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
-    from specfleet.report import run_folder, unit_file, unrecorded_failure, write_report
+    from specfleet.console import RECORD_CAUSE_LIMIT, failure_class, failure_message
+    from specfleet.report import RUN_INFO, run_folder, run_info, unit_file, unrecorded_failure, write_report
     from specfleet.variables import is_file_name
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
@@ -56,18 +64,29 @@ class CallbackModule(CallbackBase):
         require_specfleet(SPECFLEET_IMPORT_ERROR)
         super().__init__()
         self._run_id: str | None = None
+        self._started = time.time()
+        self._playbook = ""
         # host -> (task, message, unreachable, failure class) of its last unhandled failure
         self._failures: dict[str, tuple[str, str, bool, str | None]] = {}
 
+    def v2_playbook_on_start(self, playbook):
+        given = context.CLIARGS.get("args") or ()
+        self._playbook = str(given[0]) if given else str(playbook._file_name)
+
+    def _inventory(self) -> list[str]:
+        """The -i the run was given, relative to the working directory when inside it; none when
+        it is ansible.cfg's own (Ansible fills that in, so the next command needs no -i either)."""
+        given = list(context.CLIARGS.get("inventory") or ())
+        if given == list(C.DEFAULT_HOST_LIST or ()):
+            return []
+        here = os.getcwd()
+        return [os.path.relpath(path, here) if os.path.isabs(path) and path.startswith(here + os.sep) else path
+                for path in given]
+
     def _remember(self, result, unreachable: bool) -> None:
         outcome = result._result
-        # A loop says "One or more items failed"; the first failed item says what.
-        failed_items = [item for item in outcome.get("results") or [] if isinstance(item, dict) and item.get("failed")]
-        detail = failed_items[0] if failed_items else outcome
-        message = str(detail.get("msg") or detail.get("reason") or detail.get("stderr") or "failed").strip()
         self._failures[result._host.get_name()] = (
-            result._task.get_name(), message.splitlines()[0][:500] if message else "failed",
-            unreachable, detail.get("failure_class"))
+            result._task.get_name(), failure_message(outcome, RECORD_CAUSE_LIMIT), unreachable, failure_class(outcome))
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         if not ignore_errors:
@@ -95,6 +114,8 @@ class CallbackModule(CallbackBase):
             if not record.exists():
                 failure = unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class)
                 write_file(record, json.dumps(failure, indent=1))
+        write_file(run_dir / RUN_INFO, json.dumps(run_info(self._playbook, self._inventory(), self._started,
+                                                           time.time()), indent=1))
         written = write_report(run_dir)
         self._display.banner("SPECFLEET FLEET SUMMARY")
         for line in written["summary_lines"]:

@@ -164,5 +164,22 @@ def resolved_spec_config(log: str) -> dict | None:
     }
 
 
+# vLLM's torch.compile messages at start (vllm/compilation/backends.py; "for dynamic shape" in
+# older releases, "for compile range (1, 8192)" in newer): a cache hit loads the compiled graphs,
+# a miss compiles them (tens of seconds on a Jetson).
+_COMPILE_CACHE_HIT_RE = re.compile(r"Directly load the compiled graph\(s\) for .+? from the cache")
+_COMPILE_CACHE_MISS_RE = re.compile(r"Compiling a graph for .+? takes")
+
+
+def compile_cache_state(log: str) -> str | None:
+    """"hit" when vLLM loaded its compiled graphs from the cache, "miss" when it compiled them,
+    None when the log says neither (enforce-eager, compilation off, another engine)."""
+    if _COMPILE_CACHE_MISS_RE.search(log):
+        return "miss"
+    if _COMPILE_CACHE_HIT_RE.search(log):
+        return "hit"
+    return None
+
+
 def last_lines(log: str, count: int = 20) -> list[str]:
     return [line for line in log.splitlines() if line.strip()][-count:]

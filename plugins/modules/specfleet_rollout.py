@@ -88,8 +88,11 @@ options:
   bench:
     description: The M(specfleet.fleet.spec_bench) result of the block that completed; C(block_measured).
     type: dict
-  resolved_speculative_config:
-    description: The speculative config vLLM logged it resolved, for the report; C(block_measured).
+  started:
+    description:
+      - The result of the block's serving start (M(specfleet.fleet.vllm_container)), for the report; C(block_measured).
+      - Its C(resolved_speculative_config), C(startup_seconds) and C(compile_cache) are read; a serving that was
+        already up reports no C(startup_seconds).
     type: dict
   task:
     description: The name of the task that failed; C(candidate_did_not_start) and C(failed).

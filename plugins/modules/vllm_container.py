@@ -173,6 +173,13 @@ resolved_speculative_config:
   returned: always
   type: dict
 startup_seconds: {description: Seconds from start to serving., returned: when started now, type: float}
+compile_cache:
+  description:
+    - Whether vLLM loaded its torch.compile graphs from the cache (C(hit)) or compiled them (C(miss)), from its log;
+      null when the log says neither (enforce-eager, another engine).
+  returned: when started now
+  type: str
+  sample: hit
 """
 
 import hashlib
@@ -186,6 +193,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files impor
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import (
     classify,
+    compile_cache_state,
     last_lines,
     resolved_spec_config,
 )
@@ -466,7 +474,7 @@ def main() -> None:
                                              api_key(params))
     result.update(container_id=container.id, ready=ready, resolved_speculative_config=resolved_spec_config(log))
     if ready:
-        result["startup_seconds"] = round(time.monotonic() - started_at, 1)
+        result.update(startup_seconds=round(time.monotonic() - started_at, 1), compile_cache=compile_cache_state(log))
         module.exit_json(**result)
 
     if failure == "docker_unavailable":

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from specfleet_lab import engine, lab
 
-from tests.conftest import MODELS_STATUS, REPO, lab_api_key
+from tests.conftest import CONSOLE_FULL, MODELS_STATUS, REPO, lab_api_key
+from tests.integration.test_report_visual import rendered
 from tests.integration.test_secrets_lab import leaks, random_secret
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]  # ~10 min here
@@ -50,16 +51,34 @@ def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
     encrypted = subprocess.run([str(BIN / "ansible-vault"), "encrypt", str(vault), "--vault-password-file",
                                 str(password)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert encrypted.returncode == 0, encrypted.stderr
+    quiet = {key: value for key, value in os.environ.items() if key != CONSOLE_FULL}  # as a user's shell
     result = subprocess.run(["./scripts/up", "-e", f"@{vault}", "--vault-password-file", str(password)], cwd=REPO,
-                            env={**os.environ, "SPECFLEET_RUNS_DIR": str(runs), "ANSIBLE_LOG_PATH": str(log)},
+                            env={**quiet, "SPECFLEET_RUNS_DIR": str(runs), "ANSIBLE_LOG_PATH": str(log)},
                             capture_output=True, text=True, timeout=3600, check=False)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
     assert "rehearsal done" in result.stdout
+    # The playbook's console (issue 20): the quiet callback's lines, from its first play's title
+    # to the report `specfleet report` prints after it: at most ~300 for 9 units.
+    lines = result.stdout.splitlines()
+    first = next(number for number, line in enumerate(lines) if line.startswith("== "))
+    report_at = next(number for number, line in enumerate(lines) if line.startswith("# specfleet rollout"))
+    console = lines[first:report_at]
+    assert len(console) <= 300 and not [line for line in console if line.startswith("TASK [")], \
+        f"{len(console)} lines:\n" + "\n".join(console)
+    for unit in FAULTED:  # each failure once, with its cause
+        assert len([line for line in console if line.startswith(f"  {unit}: FAILED in ")]) == 1, "\n".join(console)
     status = lab.status(cfg)
     assert status["stock"] and all(unit["login"] == "nvidia" for unit in status["units"])
     (run,) = runs.iterdir()
     records = {path.stem: json.loads(path.read_text()) for path in (run / "units").glob("*.json")}
     assert len(records) == 9
+    # The report leads with them: in the first screen at 1280 px, each named with the command to
+    # measure it again (test_report_visual renders it; the screenshot is kept in runs/artefacts).
+    seen = rendered(run, "report-9-units")
+    assert seen["attentionTop"] < 400 and seen["scrollWidth"] <= seen["clientWidth"], seen
+    commands = [line for line in seen["attentionText"].splitlines() if line.startswith("ansible-playbook ")]
+    for unit in FAULTED:
+        assert any(unit in command and "specfleet_rollout_remeasure=true" in command for command in commands), seen
     assert {name for name, record in records.items() if record["decision"] == "failed"} == FAULTED
     # The faulted units were rolled back onto the baseline they had measured.
     assert all(records[name]["serving"] == "baseline" for name in FAULTED), {n: records[n] for n in FAULTED}

@@ -69,7 +69,7 @@ def test_the_report_shows_the_gates_figures_for_the_workload_it_gated():
     values = report.row(chat)
     assert (values["workload"], values["speedup_c1"], values["speedup_c8"]) == ("chat", 1.5, 0.99)
     assert (values["tpot_p50_baseline_ms"], values["tpot_p50_speculative_ms"]) == (10.0, 7.0)
-    assert "Speedup at concurrency 1 (chat;" in report.to_html([chat], "r")
+    assert "Speedup at concurrency 1 (chat)" in report.to_html([chat], "r")
 
 
 def test_html_is_self_contained_with_plots(tmp_path):
@@ -149,7 +149,7 @@ def test_the_unreadable_record_message_names_the_host_the_file_and_what_to_do():
     assert message.startswith(f"agxorin-jp72-01: release record /var/lib/specfleet/release.json cannot be read "
                               f"({problem}); nothing on agxorin-jp72-01 was changed and the file is kept")
     assert "sudo mv /var/lib/specfleet/release.json /var/lib/specfleet/release.json.unreadable" in message
-    # The report keeps the first 500 characters of a failure's message (plugins/callback/specfleet_summary.py).
+    # The report keeps a failure's message up to console.RECORD_CAUSE_LIMIT characters (the summary callback).
     assert len(message) <= 500 and "\n" not in message
 
 
@@ -220,5 +220,73 @@ def test_the_report_shows_a_canarys_sweep_and_where_a_later_units_k_came_from():
     text = report.to_markdown([canary, later], "r")
     assert "| k sweep |" in text and "| k=2 keep 1.64x, k=4 revert 1.91x: k=2 |" in text
     # Last in the CSV (columns keep their places); in the table only when a unit swept.
-    assert report.to_csv([canary]).splitlines()[0].endswith(",reasons,draft_sweep,batch_table")
+    assert report.to_csv([canary]).splitlines()[0].endswith(",reasons,draft_sweep,batch_table,startup,image")
     assert "k sweep" not in report.to_markdown(RECORDS, "r")
+
+
+def test_the_report_leads_with_the_units_needing_attention_typed_as_the_run_was(tmp_path):
+    """run.json (the callback's) says how the run was started: the next commands follow it."""
+    (tmp_path / "units").mkdir()
+    for record in RECORDS:
+        (tmp_path / "units" / f"{record['host']}.json").write_text(json.dumps(record))
+    info = report.run_info("specfleet.fleet.site", [], 1_700_000_000.0, 1_700_000_000.0 + 3725)
+    (tmp_path / report.RUN_INFO).write_text(json.dumps(info))
+    report.write_report(tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    attention_at, glance_at = text.index("## Needs attention: 2 units"), text.index("## At a glance")
+    needing = text[attention_at:glance_at]
+    assert needing.index("**orinnx-01** (failed, now serving: baseline)") < needing.index("**orinnano-01** (reverted")
+    assert "`ansible-playbook specfleet.fleet.rollout -l orinnx-01 -e specfleet_rollout_remeasure=true`" in needing
+    assert "3 units: 1 kept, 1 reverted, 1 failed, in 62 min 05 s." in text
+    assert "Run: `ansible-playbook specfleet.fleet.site`, started 2023-11-14T22:13:20Z." in text
+    # The unit tables: what needs a look first.
+    assert text.index("### Failed (1)") < text.index("### Reverted (1)") < text.index("### Kept (1)")
+    page = (tmp_path / "report.html").read_text()
+    assert page.index('id="attention"') < page.index("<svg") and page.count("<svg") == 3
+    assert "ansible-playbook specfleet.fleet.rollout -l orinnx-01 -e specfleet_rollout_remeasure=true" in page
+    assert json.loads((tmp_path / "report.json").read_text())["run"]["duration_s"] == 3725.0
+
+
+def test_a_run_without_run_info_types_the_readmes_commands():
+    assert report.invocation({}) == report.attention.Invocation("playbooks/site.yml", ())
+    assert report.invocation({"playbook": 3, "inventory": "x"}) == report.attention.Invocation()
+
+
+def test_the_charts_keep_their_size_at_200_units_and_draw_the_keep_threshold():
+    from specfleet import gate, policy, rollout
+    from tests.benches import aba
+    verdict = gate.decide(aba(1.5), policy.merge({}))
+    record = {"decision": "kept", "figures": verdict["figures"], "measurement": rollout.measurement(verdict)}
+    few = [{**record, "host": f"u{n}", "device_class": "thor"} for n in range(3)]
+    many = [{**record, "host": f"u{n}", "device_class": ("thor", "agx_orin")[n % 2]} for n in range(200)]
+    heights = [[int(h) for h in re.findall(r'<svg [^>]*height="(\d+)"', report.to_html(records, "r"))]
+               for records in (few, many)]
+    assert len(heights[1]) == 3 and max(heights[1]) <= 320
+    assert heights[1][0] == heights[0][0] and heights[1][2] == heights[0][2]  # histogram and acceptance
+    assert "keep threshold 1.30" in report.to_html(many, "r")
+
+
+def test_specfleet_report_renders_without_rewriting_the_runs_files(tmp_path, capsys):
+    from specfleet import cli
+    run = tmp_path / "runs" / "20261126T000000Z"
+    (run / "units").mkdir(parents=True)
+    for record in RECORDS:
+        (run / "units" / f"{record['host']}.json").write_text(json.dumps(record))
+    report.write_report(run)
+    before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in run.iterdir() if path.is_file()}
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    for form in ("md", "html", "json", "csv"):
+        assert cli.main(["report", *runs, "--latest", "--format", form]) == 0
+        out = capsys.readouterr().out
+        assert out == (run / f"report.{form}").read_bytes().decode(), form
+    assert {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in run.iterdir() if path.is_file()} \
+        == before, "rendering rewrote the run's files"
+    assert cli.main(["report", *runs, "--run", run.name, "--out", str(tmp_path / "copy")]) == 0
+    assert sorted(path.name for path in (tmp_path / "copy").iterdir()) == sorted(
+        f"report.{form}" for form in ("csv", "html", "json", "md"))
+    assert (tmp_path / "copy" / "report.md").read_text() == (run / "report.md").read_text()
+    assert cli.main(["report", *runs, "--run", "nope"]) == cli.EXIT_BAD_INPUT
+    assert "no run named nope" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert cli.main(["report", *runs, "--out", str(tmp_path / "file" / "sub")]) == cli.EXIT_BAD_INPUT
+    assert "--out" in capsys.readouterr().err

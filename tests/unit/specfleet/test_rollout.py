@@ -44,7 +44,9 @@ def measured_baseline(state: dict, plan: dict = PLAN) -> dict:
 
 def gated(state: dict, candidate: dict, plan: dict = PLAN, closing: dict = BASELINE_BENCH) -> dict:
     """The speculative block, then the closing baseline block, after which the gate decides."""
-    state = rollout.block_measured(state, plan, candidate, POLICY, {"method": "eagle3"})
+    state = rollout.block_measured(state, plan, candidate, POLICY,
+                                   {"resolved_speculative_config": {"method": "eagle3"}, "startup_seconds": 41.5,
+                                    "compile_cache": "miss"})
     assert state["next"] == "baseline" and state["next_serving"] == state["baseline"]
     return rollout.block_measured(state, plan, closing, POLICY)
 
@@ -71,6 +73,8 @@ def test_a_first_rollout_kept_becomes_the_known_good():
     assert (state["outcome"]["decision"], state["outcome"]["serving"]) == ("kept", "speculative")
     assert state["outcome"]["measurement"]["blocks"] == ["baseline", "speculative", "baseline"]
     assert state["outcome"]["resolved_speculative_config"] == {"method": "eagle3"}
+    # Only the speculative side was started for its block (the baseline already served).
+    assert state["outcome"]["startup"] == {"speculative": {"seconds": 41.5, "compile_cache": "miss"}}
     # The record keeps the figures, not every request.
     assert "requests" not in state["outcome"]["speculative"]["results"]["code_edit"]["c1"]["runs"][0]
     assert "outputs" not in state["outcome"]["speculative"]
@@ -301,7 +305,8 @@ def swept(first: dict, second: dict, plan: dict = SWEEP_PLAN) -> list[dict]:
     state = measured_baseline(canary_start(plan=plan)[0], plan)
     states = [state]
     for candidate in (first, second):
-        state = rollout.block_measured(state, plan, candidate, POLICY, {"method": "eagle3", "k": len(states)})
+        state = rollout.block_measured(state, plan, candidate, POLICY,
+                                       {"resolved_speculative_config": {"method": "eagle3", "k": len(states)}})
         states.append(state)
         state = rollout.block_measured(state, plan, BASELINE_BENCH, POLICY)
         states.append(state)

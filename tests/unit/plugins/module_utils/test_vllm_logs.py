@@ -8,6 +8,7 @@ import yaml
 from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import (
     FAILURE_PATTERNS,
     classify,
+    compile_cache_state,
     trtllm_options_errors,
 )
 
@@ -113,3 +114,18 @@ def test_every_failure_class_is_documented_where_the_launch_module_returns_it():
     path = REPO / "plugins" / "modules" / "vllm_container.py"
     described = " ".join(yaml.safe_load(doc_blocks(path)["RETURN"])["failure_class"]["description"])
     assert [name for name, _ in FAILURE_PATTERNS if f"C({name})" not in described] == []
+
+
+# vLLM's own wording (vllm/compilation/backends.py): "compile range" since 0.1x, "dynamic shape" before.
+@pytest.mark.parametrize(("log", "state"), [
+    ("INFO [backends.py:296] Directly load the compiled graph(s) for compile range (1, 8192) from the cache, "
+     "took 0.512 s", "hit"),
+    ("INFO [backends.py:197] Directly load the compiled graph(s) for dynamic shape from the cache, took 4.0 s", "hit"),
+    ("INFO [backends.py:399] Compiling a graph for compile range (1, 8192) takes 38.20 s", "miss"),
+    # The target's graphs from the cache, the drafter's compiled: the start paid a compile.
+    ("Directly load the compiled graph(s) for dynamic shape from the cache, took 4.0 s\n"
+     "Compiling a graph for dynamic shape takes 12.75 s", "miss"),
+    ("INFO [core.py:75] Initializing a V1 LLM engine with config: enforce_eager=True", None),
+])
+def test_the_compile_cache_state_is_read_from_the_start_log(log, state):
+    assert compile_cache_state(log) == state

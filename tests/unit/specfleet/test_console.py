@@ -1,0 +1,34 @@
+"""specfleet.console: the quiet console's wording (the callback's run: test_console_callback)."""
+
+from __future__ import annotations
+
+from specfleet import console
+
+
+def test_a_failures_cause_is_its_first_failed_items_first_line_cut_short():
+    loop = {"msg": "One or more items failed", "results": [{"failed": False, "msg": "fine"},
+                                                          {"failed": True, "msg": "rsync: no space\ndetail"}]}
+    assert console.failure_message(loop) == "rsync: no space"
+    assert console.failure_message({"msg": "Task failed: Failed to connect"}) == "Failed to connect"
+    assert console.failure_message({"stderr": "boom"}) == "boom" and console.failure_message({}) == "failed"
+    hidden = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
+    assert console.failure_message({"censored": hidden, "failed": True}) == hidden
+    long = console.failure_message({"msg": "x" * 1000})
+    assert len(long) == console.CAUSE_LIMIT and long.endswith("...")
+
+
+def test_a_phase_prints_each_unit_once_failures_without_their_cause_again():
+    phase = console.Phase("Roll out", 2, 60)
+    phase.ok("thor-02", changed=True)
+    assert phase.fail("orin-01", "Start", "CUDA out of memory", False) == (
+        "  orin-01: FAILED in 'Start': CUDA out of memory")
+    phase.handled("nano-01", "Wait", "crashed")
+    phase.ok("nano-01", changed=False)
+    phase.unit("thor-02").notes.append("thor-02: 2 models")
+    assert phase.lines() == ["  nano-01  ok, after a failure its playbook handled in 'Wait': crashed",
+                             "  orin-01  FAILED in 'Start' (above)",
+                             "  thor-02  ok, 1 changed",
+                             "           thor-02: 2 models"]
+    assert console.phase_title("Roll out", 2, True, 8) == "== Roll out, wave 2 (8 units)"
+    assert console.progress_line("Roll out", 2, 9, 1, 60, 754) == (
+        "-- Roll out: wave 2 done: 9/60 units, 1 failed, 51 remaining, 12:34 elapsed")
