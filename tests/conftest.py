@@ -309,6 +309,7 @@ def drives_the_lab(module_path: str) -> bool:
     return "pytest.mark.lab" in source or "pytest.mark.molecule" in source
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """There is one lab per machine (its dockerd, namespaces and state file): under pytest-xdist
     (scripts/test runs two workers) every module that drives it goes to one worker as one unit
