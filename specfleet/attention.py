@@ -184,7 +184,7 @@ def finding(record: Mapping) -> _Finding | None:
             "why; a change of model, image or memory is needed first"), "plan", (), 0)
     if decision == "reverted":
         check = deciding_reason(reasons)
-        if "inconclusive" in (reasons[0] if reasons else ""):
+        if (record.get("measurement") or {}).get("inconclusive"):
             return _Finding(INCONCLUSIVE, _kind(host, check), _sentence(
                 f"The measurement could not tell within its budget ({check}); the unit serves its baseline; "
                 "measure again with two more blocks"), "rollout", (REMEASURE,), max(_blocks(record), 3))

@@ -74,9 +74,9 @@ class Phase:
         is no failure of the unit; its line says so."""
         self.unit(host).handled = f"'{task}': {cause}"
 
-    def lines(self, width: int = 0) -> list[str]:
-        """One line per unit as the phase (or wave) ends."""
-        width = width or max((len(host) for host in self.units), default=0)
+    def lines(self) -> list[str]:
+        """One line per unit as the phase (or wave) ends, host names in one column."""
+        width = max((len(host) for host in self.units), default=0)
         lines = []
         for host in sorted(self.units):
             unit = self.units[host]
@@ -88,9 +88,14 @@ class Phase:
         return lines
 
 
+def units_text(count: int) -> str:
+    """"1 unit", "8 units" (the console's and the report's counts)."""
+    return f"{count} unit{'' if count == 1 else 's'}"
+
+
 def phase_title(name: str, wave: int, serial: bool, hosts: int) -> str:
     suffix = f", wave {wave}" if serial else ""
-    return f"== {name or 'play'}{suffix} ({hosts} unit{'' if hosts == 1 else 's'})"
+    return f"== {name or 'play'}{suffix} ({units_text(hosts)})"
 
 
 def progress_line(name: str, wave: int, done: int, failed: int, total: int, elapsed_s: float) -> str:

@@ -421,6 +421,8 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> di
     else:
         decision, headline = KEEP, "keep speculation: every gated check passed"
     return {**result, "decision": decision,
+            # A revert no check failed: the budget ran out while some stayed open.
+            "inconclusive": decision == REVERT and not failing,
             "next": [paired.SPECULATIVE, paired.BASELINE] if decision == MEASURE else [],
             "reasons": [headline, *failing, *opened, *passing, *notes]}
 

@@ -24,6 +24,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files impor
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
 from specfleet import attention, batch_table, compare, sweep, variables
+from specfleet.console import units_text
 
 DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
@@ -311,7 +312,7 @@ def settings(records: Sequence[Mapping]) -> dict[str, list[str]]:
     many units had it (one line per distinct value)."""
     def counted(values: Sequence[Any]) -> list[str]:
         found = Counter(str(value) for value in values if value not in (None, "", {}))
-        return [f"{value} ({count} unit{'s' if count > 1 else ''})" for value, count in sorted(found.items())]
+        return [f"{value} ({units_text(count)})" for value, count in sorted(found.items())]
 
     def shown(value: Any) -> str:
         return "/".join(map(str, value)) if isinstance(value, list) else str(value)
@@ -340,10 +341,6 @@ def _duration(info: Mapping[str, Any]) -> str | None:
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
-def _units(count: int) -> str:
-    return f"{count} unit{'' if count == 1 else 's'}"
-
-
 def _totals_sentence(records: Sequence[Mapping]) -> str:
     totals = summary(records)
     return (f"{totals['units']} units: {totals['kept']} kept, {totals['reverted']} reverted, "
@@ -363,10 +360,11 @@ def to_markdown(records: Sequence[Mapping], run_id: str, info: Mapping[str, Any]
     duration = _duration(info)
     lines = [f"# specfleet rollout {run_id}", "",
              _totals_sentence(records) + (f", in {duration}" if duration else "") + "."]
+    started_as = invocation(info)
     if info.get("playbook"):
-        lines += ["", f"Run: `{invocation(info).command_line()}`, started {info.get('started')}."]
-    needing = attention.needing_attention(records, invocation(info))
-    lines += ["", f"## Needs attention: {_units(sum(len(item.hosts) for item in needing))}", ""]
+        lines += ["", f"Run: `{started_as.command_line()}`, started {info.get('started')}."]
+    needing = attention.needing_attention(records, started_as)
+    lines += ["", f"## Needs attention: {units_text(sum(len(item.hosts) for item in needing))}", ""]
     if not needing:
         lines.append("Nothing: every unit kept speculation.")
     for number, item in enumerate(needing, 1):
@@ -493,7 +491,7 @@ def speedup_threshold(records: Sequence[Mapping]) -> float | None:
     return None
 
 
-def _histogram(records: Sequence[Mapping], workload: str) -> str:
+def _histogram(records: Sequence[Mapping], workload: str, threshold: float | None) -> str:
     """How many units reached each c=1 speedup (bins of the axis step), stacked by decision."""
     # Only the decisions the chart draws (a record from elsewhere may carry another).
     measured = [(speedup(record), record.get("decision")) for record in records if record.get("decision") in DECISIONS]
@@ -526,7 +524,7 @@ def _histogram(records: Sequence[Mapping], workload: str) -> str:
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>{tick}</text>')
     parts.append(_y_title("units", top, bottom))
     parts += _x_axis(low, high, step, left, right, bottom, "speedup at c=1 (speculative / baseline throughput)")
-    parts += _threshold_marks(low, high, left, right, top, bottom, speedup_threshold(records))
+    parts += _threshold_marks(low, high, left, right, top, bottom, threshold)
     unmeasured = len(measured) - len(values)
     legend, legend_h = _legend([(name, COLOURS[name]) for name in DECISIONS], left, bottom + 52)
     parts += legend
@@ -538,9 +536,8 @@ def _histogram(records: Sequence[Mapping], workload: str) -> str:
     return _svg(bottom + 44 + legend_h, title, parts)
 
 
-def _strip(records: Sequence[Mapping], workload: str) -> str:
-    """One row per device class, one dot per measured unit at its c=1 speedup."""
-    rows = class_summary(records)
+def _strip(rows: Sequence[Mapping], workload: str, threshold: float | None) -> str:
+    """One row per device class (class_summary's rows), one dot per measured unit at its c=1 speedup."""
     values = [value for row_ in rows for value in row_["speedups"]]
     low, high, step = _speedup_axis(values)
     left, right, top, row_h = 130, CHART_W - 20, 40, 30
@@ -562,18 +559,17 @@ def _strip(records: Sequence[Mapping], workload: str) -> str:
                          f'fill="{COLOURS.get(record.get("decision"), COLOURS[None])}"><title>'
                          f'{html.escape(str(record["host"]))}: {value:.2f}x, {record.get("decision")}</title></circle>')
     parts += _x_axis(low, high, step, left, right, bottom, "speedup at c=1")
-    parts += _threshold_marks(low, high, left, right, top, bottom, speedup_threshold(records))
+    parts += _threshold_marks(low, high, left, right, top, bottom, threshold)
     legend, legend_h = _legend([(name, COLOURS[name]) for name in DECISIONS], left, bottom + 52)
     return _svg(bottom + 44 + legend_h, f"Speedup at concurrency 1 by device class ({workload}): one dot per unit",
                 [*parts, *legend])
 
 
-def _acceptance_chart(records: Sequence[Mapping]) -> str:
-    """Per device class, the median acceptance at each draft position over its units."""
-    workload = _shown_workload(records)
+def _acceptance_chart(rows: Sequence[Mapping], workload: str) -> str:
+    """Per device class (class_summary's rows), the median acceptance at each draft position over its units."""
     left, right, top, bottom = 50, CHART_W - 20, 40, 220
     series: dict[str, list[list[float]]] = {}  # per class, its units' acceptance per position
-    for row_ in class_summary(records):
+    for row_ in rows:
         found = [(acceptance(record) or {}).get("per_position") for record in row_["records"]]
         if any(found):
             series[row_["device_class"]] = [values for values in found if values]
@@ -600,7 +596,7 @@ def _acceptance_chart(records: Sequence[Mapping]) -> str:
                      f'points="{" ".join(f"{px:.1f},{py:.1f}" for px, py in points)}"/>')
         parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"><title>{html.escape(name)} position '
                   f'{i + 1}: {medians[i]:.2f}</title></circle>' for i, (px, py) in enumerate(points)]
-        legend.append((f"{name} ({len(runs)} unit{'s' if len(runs) > 1 else ''})", colour))
+        legend.append((f"{name} ({units_text(len(runs))})", colour))
     if not series:
         parts.append(f'<text x="{left + 10}" y="100" {FONT} fill="#555">'
                      "no speculative server reported acceptance</text>")
@@ -666,9 +662,12 @@ def to_html(records: Sequence[Mapping], run_id: str, info: Mapping[str, Any] | N
     info = info or {}
     totals = summary(records)
     workload = _shown_workload(records)
-    needing = attention.needing_attention(records, invocation(info))
+    started_as = invocation(info)
+    needing = attention.needing_attention(records, started_as)
+    rows = class_summary(records)
+    threshold = speedup_threshold(records)
     duration = _duration(info)
-    run_line = (f"<p>Run <code>{html.escape(invocation(info).command_line())}</code>, started "
+    run_line = (f"<p>Run <code>{html.escape(started_as.command_line())}</code>, started "
                 f"{html.escape(str(info.get('started')))}" + (f", took {duration}" if duration else "") + ".</p>"
                 if info.get("playbook") else "")
     if needing:
@@ -683,7 +682,7 @@ def to_html(records: Sequence[Mapping], run_id: str, info: Mapping[str, Any] | N
         f"<tr><td>{html.escape(row_['device_class'])}</td><td>{row_['units']}</td><td>{row_['kept']}</td>"
         f"<td>{row_['reverted']}</td><td>{row_['failed']}</td><td>{_range_text(row_['speedups'])}</td>"
         f"<td>{html.escape(row_['kept_methods'])}</td></tr>"
-        for row_ in class_summary(records))
+        for row_ in rows)
     setting_items = "".join(f"<li>{title.capitalize()}: {html.escape('; '.join(values))}</li>"
                             for title, values in settings(records).items() if values)
     groups = []
@@ -700,15 +699,15 @@ def to_html(records: Sequence[Mapping], run_id: str, info: Mapping[str, Any] | N
 <p>{totals['units']} units: <b class="kept">{totals['kept']} kept</b>, {totals['reverted']} reverted,
 <b class="failed">{totals['failed']} failed</b>.</p>
 {run_line}
-<section id="attention"><h2>Needs attention: {_units(sum(len(item.hosts) for item in needing))}</h2>
+<section id="attention"><h2>Needs attention: {units_text(sum(len(item.hosts) for item in needing))}</h2>
 {attention_html}</section>
 <section id="glance"><h2>At a glance</h2>
 <table><tr><th>Class</th><th>Units</th><th>Kept</th><th>Reverted</th><th>Failed</th>
 <th>Speedup c=1: median (min .. max)</th><th>Kept methods</th></tr>{class_rows}</table>
 <ul>{setting_items}</ul>
-{_histogram(records, workload)}
-{_strip(records, workload)}
-{_acceptance_chart(records)}
+{_histogram(records, workload, threshold)}
+{_strip(rows, workload, threshold)}
+{_acceptance_chart(rows, workload)}
 </section>
 <section id="units"><h2>Units</h2>
 {"".join(groups)}

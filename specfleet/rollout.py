@@ -466,6 +466,9 @@ def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
         # sorted keys, so the figures' own order does not survive).
         "workloads": list(verdict.get("gate_workloads") or []),
         "blocks": list(verdict.get("blocks") or []),
+        # Reverted because the budget ran out with checks still open (the attention list's
+        # "measure again with two more blocks"), not because one failed.
+        "inconclusive": bool(verdict.get("inconclusive")),
         # Every specfleet_gate_* value the verdict was taken with (the report's settings and the
         # speedup threshold drawn on its charts).
         "thresholds": dict(verdict.get("thresholds") or {}),

@@ -277,7 +277,7 @@ def lab_decision(host: str) -> str:
     return LAB_DECISIONS[host.split("-", 1)[0]]
 
 
-LAB_GROUP = "lab"  # the pytest-xdist group of the tests that drive the lab
+LAB_GROUP = "lab"  # the xdist scope (one worker's unit of work) of the modules that drive the lab
 LAB_PROFILE = "mixed"
 LAB_UNITS = 9
 
@@ -297,7 +297,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (1, 0 if "fleet_lab" in getattr(item, "fixturenames", ()) else 1)
 
     items.sort(key=position)
-
 
 
 @functools.cache

@@ -120,7 +120,6 @@ class CallbackModule(DefaultCallback):
         if self._full():
             return super().v2_playbook_on_play_start(play)
         self._close_phase()
-        self._play = play
         name = play.get_name().strip()
         # One play across its serial waves (each wave runs a copy with the same uuid); a playbook
         # imported twice (site.yml's facts.yml) is two plays.

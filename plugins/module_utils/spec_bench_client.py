@@ -699,12 +699,16 @@ def _exchange(
         selector.unregister(stream.sock)
         del flying[stream.sock]
 
-    def keep_or_close(stream: _Stream) -> None:
+    def close(stream: _Stream) -> None:
         drop(stream)
+        stream.sock.close()
+
+    def keep_or_close(stream: _Stream) -> None:
         if stream.reader.reusable and len(idle) < concurrency:
+            drop(stream)
             idle.append(stream.sock)
         else:
-            stream.sock.close()
+            close(stream)
 
     def finish(stream: _Stream, result: RequestResult) -> None:
         nonlocal stopped
@@ -715,8 +719,7 @@ def _exchange(
         elif result.ok:
             keep_or_close(stream)
         else:
-            drop(stream)
-            stream.sock.close()
+            close(stream)
 
     def launch(job: _Job, fresh: bool = False) -> None:
         nonlocal stopped
@@ -778,8 +781,7 @@ def _exchange(
                 keep_or_close(stream)
             return
         if stream.reused and not data and stream.reader.status is None:
-            drop(stream)  # closed before answering: the server had already let the connection go
-            stream.sock.close()
+            close(stream)  # closed before answering: the server had already let the connection go
             launch(stream.job, fresh=True)
             return
         if failure is not None:
@@ -808,8 +810,7 @@ def _exchange(
             now = clock()
             for stream in [s for s in flying.values() if now >= s.limit]:
                 if stream.draining:
-                    drop(stream)
-                    stream.sock.close()
+                    close(stream)
                 else:
                     finish(stream, _timed_out(stream.job, stream.state, stream.limit, stream.cut_class))
     finally:

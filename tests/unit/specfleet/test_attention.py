@@ -18,7 +18,9 @@ def kept(host: str) -> dict:
 def reverted(host: str, headline: str, check: str, blocks: int = 3) -> dict:
     return {"host": host, "decision": "reverted", "serving": "baseline", "reasons": [headline, check, "notes"],
             "figures": {"code_edit": {"throughput_gain_c1": {"value": 0.1}}},
-            "measurement": {"blocks": ["baseline", "speculative"] * (blocks // 2) + ["baseline"]}}
+            "measurement": {"blocks": ["baseline", "speculative"] * (blocks // 2) + ["baseline"],
+                            # as specfleet.gate decides it: a revert with checks open, none failed
+                            "inconclusive": "still inconclusive" in headline}}
 
 
 def failed(host: str, task: str, failure_class: str, message: str, serving: str | None,

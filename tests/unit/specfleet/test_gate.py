@@ -71,6 +71,7 @@ def test_a_straddling_bound_measures_one_more_pair_then_reverts_at_the_budget():
     at_budget = gate.decide(blocks(*sides), {**POLICY, "specfleet_gate_max_blocks": 3})
     assert at_budget["decision"] == "revert"
     assert at_budget["reasons"][0].startswith("revert to the baseline: still inconclusive after 3 blocks")
+    assert at_budget["inconclusive"] and not verdict["inconclusive"]
 
 
 def test_more_blocks_only_add_power():
