@@ -183,7 +183,8 @@ def finding(record: Mapping) -> _Finding | None:
             f"No speculative method fits this unit ({cause}); it serves its baseline. The plan command shows "
             "why; a change of model, image or memory is needed first"), "plan", (), 0)
     if decision == "reverted":
-        check = deciding_reason(reasons)
+        # The gate names its deciding check (records from before it did: the reason after its headline).
+        check = (record.get("measurement") or {}).get("deciding") or deciding_reason(reasons)
         if (record.get("measurement") or {}).get("inconclusive"):
             return _Finding(INCONCLUSIVE, _kind(host, check), _sentence(
                 f"The measurement could not tell within its budget ({check}); the unit serves its baseline; "

@@ -8,7 +8,7 @@ copies before switching them in.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,41 @@ def holdings_line(holdings: Sequence[Sequence[Any]], skipped: Sequence[str]) -> 
 def hf_repo_dir(repo_id: str) -> str:
     """Hugging Face hub cache directory name of a model repo: models--org--name."""
     return "models--" + repo_id.replace("/", "--")
+
+
+def fanout_jobs(lacking: Iterable[Sequence[Any]], min_units: int) -> list[dict[str, Any]]:
+    """One unit-to-unit fan-out per model that at least ``min_units`` units lack.
+
+    ``lacking``: (host, repos) pairs in play order, the repos whose live copy on that host does
+    not match its manifest. Pushing a model of S bytes from the controller to N units takes
+    N*S over the controller's one link; a fan-out takes about S (units pass verified pieces on
+    to each other), but sets up a fleet key on every unit first, which only pays from a few
+    units on. A model fewer units lack is pushed to each (rsync), as for a single unit.
+    Each job: ``repo``, ``name`` (its hub directory) and ``units``.
+    """
+    if min_units < 1:
+        raise ValueError(f"specfleet_hf_cache_fanout_min_units must be at least 1, not {min_units}")
+    units_of: dict[str, list[str]] = {}
+    for host, repos in lacking:
+        for repo in repos:
+            units_of.setdefault(repo, []).append(host)
+    return [{"repo": repo, "name": hf_repo_dir(repo), "units": hosts}
+            for repo, hosts in sorted(units_of.items()) if len(hosts) >= min_units]
+
+
+def fanned_out(results: Iterable[Mapping[str, Any]], host: str) -> list[str]:
+    """The repos that this run's fan-outs made live on ``host``: from the registered results
+    of the `specfleet distribute --format json` task that ran ``fanout_jobs``. A unit a fan-out
+    could not serve (a dropped link, a failed check) is not among them: the controller pushes
+    to it as to a single unit."""
+    live = []
+    for result in results:
+        if result.get("skipped") or not result.get("stdout"):
+            continue
+        outcome = json.loads(result["stdout"])
+        if outcome.get("units", {}).get(host) == "live":
+            live.append(result["item"]["repo"])
+    return live
 
 
 def checkpoint_link(repo_id: str, revision: str) -> str:

@@ -223,7 +223,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"specfleet report --compare: no run named {', '.join(missing)} in {runs_dir}", file=sys.stderr)
             return EXIT_BAD_INPUT
         try:
-            found = compare.compare_runs(report_module.load_run(dirs[0]), report_module.load_run(dirs[1]))
+            found = compare.compare_runs(report_module.load_run(dirs[0]), report_module.load_run(dirs[1]),
+                                         report_module.invocation(report_module.load_run_info(dirs[1])))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"specfleet report --compare: a unit record could not be read: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT

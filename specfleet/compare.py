@@ -23,7 +23,7 @@ from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import cell, cell_key
 
-from specfleet import report
+from specfleet import attention, report
 
 LATENCY_FLOOR = 0.10
 ACCEPTANCE_SIGMAS = 3.0
@@ -32,8 +32,10 @@ STARTUP_RATIO = 1.5
 STARTUP_FLOOR_S = 1.0
 COMPILE_CACHE_HINT = ("TTFT up after an image change: usually the torch.compile cache missed (the new image's "
                       "cache was not pre-warmed; run prewarm.yml, then measure again)")
+# A run that recorded no invocation: the next command as the README types it.
+README_INVOCATION = attention.Invocation()
 COLD_START_HINT = ("the new image's first start compiled its graphs (torch.compile cache miss): pre-warm it before "
-                   "the event, `ansible-playbook playbooks/prewarm.yml -l {host}`, so every start is warm")
+                   "the event, `{command}`, so every start is warm")
 
 
 @dataclass
@@ -128,7 +130,10 @@ def _startup_moves(before: Mapping, after: Mapping) -> list[tuple[str, str, bool
     return moves
 
 
-def compare_unit(before: Mapping, after: Mapping) -> UnitComparison:
+def compare_unit(before: Mapping, after: Mapping,
+                 invocation: attention.Invocation = README_INVOCATION) -> UnitComparison:
+    """What changed on one unit and which figures moved; a hint's command is typed as the later
+    run was started (``invocation``)."""
     found = UnitComparison(str(after["host"]))
     for title, read in SETTINGS:
         old, new = read(before), read(after)
@@ -150,7 +155,7 @@ def compare_unit(before: Mapping, after: Mapping) -> UnitComparison:
     starts = _startup_moves(before, after)
     found.moved += [f"start to serving ({side}) {text}" for side, text, _ in starts]
     if image_changed and any(missed for _, _, missed in starts):
-        found.hints.append(COLD_START_HINT.format(host=found.host))
+        found.hints.append(COLD_START_HINT.format(command=invocation.command("prewarm", found.host)))
     shared = workload or old_workload
     if shared:
         moves = _latency_moves(before, after, shared)
@@ -160,11 +165,13 @@ def compare_unit(before: Mapping, after: Mapping) -> UnitComparison:
     return found
 
 
-def compare_runs(before: Sequence[Mapping], after: Sequence[Mapping]) -> dict[str, Any]:
-    """Units in both runs compared; units only in one named."""
+def compare_runs(before: Sequence[Mapping], after: Sequence[Mapping],
+                 invocation: attention.Invocation = README_INVOCATION) -> dict[str, Any]:
+    """Units in both runs compared; units only in one named. ``invocation``: how the later run
+    was started (its hints' commands are typed the same way)."""
     old = {str(record["host"]): record for record in before}
     new = {str(record["host"]): record for record in after}
-    units = [compare_unit(old[host], new[host]) for host in sorted(old.keys() & new.keys())]
+    units = [compare_unit(old[host], new[host], invocation) for host in sorted(old.keys() & new.keys())]
     return {"units": units, "only_before": sorted(old.keys() - new.keys()),
             "only_after": sorted(new.keys() - old.keys())}
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# What the command modules say of any failed command; its stderr says why.
+COMMAND_FAILED = "non-zero return code"
 CAUSE_LIMIT = 300  # characters of a failure's cause on the console
 RECORD_CAUSE_LIMIT = 500  # ... in the record the summary callback writes for the report
 
@@ -30,8 +32,16 @@ def failure_message(outcome: Mapping[str, Any], limit: int = CAUSE_LIMIT) -> str
     # A no_log task's result reaches callbacks as Ansible's "censored" note alone.
     message = str(detail.get("msg") or detail.get("reason") or detail.get("stderr") or detail.get("censored")
                   or "failed").strip()
+    if message == COMMAND_FAILED and str(detail.get("stderr") or "").strip():
+        # A command's own words say why (its last line: a traceback's exception, argparse's error).
+        last = [line.strip() for line in str(detail["stderr"]).splitlines() if line.strip()][-1]
+        message = f"exit {detail.get('rc')}: {last}"
     message = message.removeprefix("Task failed: ")  # ansible-core 2.19's prefix says nothing the line does not
-    first = message.splitlines()[0] if message else "failed"
+    lines = [line.strip() for line in message.splitlines() if line.strip()] or ["failed"]
+    first = lines[0]
+    if first.endswith(":") and len(lines) > 1:
+        # "invalid specfleet variables:" and its list below: the list is the cause.
+        first = f"{first} {'; '.join(line.removeprefix('- ') for line in lines[1:])}"
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 

@@ -75,7 +75,7 @@ class Node:
                 *self.ssh_args]
 
 
-def nodes_from_inventory(inventory: str, limit: Iterable[str] | None = None) -> list[Node]:
+def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None = None) -> list[Node]:
     """Units of an Ansible inventory (ansible_host/user/port/key/common args;
     ``specfleet_fanout_address`` overrides the address peers use)."""
     from specfleet.inventory import host_variables
@@ -567,7 +567,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "distribute", help="copy a store to many units, unit to unit (fan-out over rsync/ssh)")
     parser.add_argument("--store", required=True, help="controller store (STORE/<subdir>/<name>, STORE/manifests)")
     parser.add_argument("--name", required=True, help="entry of the store, e.g. models--org--name")
-    parser.add_argument("-i", "--inventory", required=True, help="Ansible inventory of the units")
+    parser.add_argument("-i", "--inventory", required=True, action="append",
+                        help="Ansible inventory of the units (repeat for several sources, as ansible-playbook)")
     parser.add_argument("--limit", help="comma-separated host names (default: every host)")
     parser.add_argument("--root", default=Options.root, help="store root on the units (default %(default)s)")
     parser.add_argument("--subdir", default=Options.subdir, help="live dir below root and store (default hub)")

@@ -423,6 +423,9 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> di
     return {**result, "decision": decision,
             # A revert no check failed: the budget ran out while some stayed open.
             "inconclusive": decision == REVERT and not failing,
+            # The check a revert comes down to (the first failed, else the first still open): the
+            # attention list's cause, wherever other reasons (a sweep's) stand before the headline.
+            "deciding": (failing or opened)[0] if decision == REVERT else None,
             "next": [paired.SPECULATIVE, paired.BASELINE] if decision == MEASURE else [],
             "reasons": [headline, *failing, *opened, *passing, *notes]}
 

@@ -4,7 +4,7 @@ facts to plan from (gathered facts files, else the inventory's declared expectat
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ class InventoryError(ValueError):
     value without its password): one line naming it, for the CLIs to print."""
 
 
-def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
-    """Variables of every host (group_vars and host_vars applied), by host name. Raises
-    InventoryError when Ansible cannot read the inventory."""
+def host_variables(inventory_path: str | Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Variables of every host (group_vars and host_vars applied), by host name; one inventory
+    source or several, as ``ansible-playbook -i A -i B`` reads them. Raises InventoryError when
+    Ansible cannot read the inventory."""
     # Imported here: the rest of the CLI must not pay for loading Ansible.
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
@@ -32,7 +33,8 @@ def host_variables(inventory_path: str) -> dict[str, dict[str, Any]]:
     loader = DataLoader()
     _load_vault_secrets(loader)
     try:
-        inventory = InventoryManager(loader=loader, sources=[inventory_path])
+        sources = [inventory_path] if isinstance(inventory_path, str) else list(inventory_path)
+        inventory = InventoryManager(loader=loader, sources=sources)
         variables = VariableManager(loader=loader, inventory=inventory)
         hosts = sorted(inventory.get_hosts(), key=lambda host: host.name)
         return {

@@ -750,7 +750,8 @@ def render(run_dir: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
     since = None
     if earlier is not None:
         try:
-            since = compare.to_markdown(compare.compare_runs(load_run(earlier), records), earlier.name, run_id, "##")
+            since = compare.to_markdown(compare.compare_runs(load_run(earlier), records, invocation(info)),
+                                        earlier.name, run_id, "##")
         except (OSError, ValueError, KeyError, TypeError):
             since = None  # an earlier run this one cannot be read against: its own report stands alone
     outputs = {

@@ -469,6 +469,7 @@ def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
         # Reverted because the budget ran out with checks still open (the attention list's
         # "measure again with two more blocks"), not because one failed.
         "inconclusive": bool(verdict.get("inconclusive")),
+        "deciding": verdict.get("deciding"),
         # Every specfleet_gate_* value the verdict was taken with (the report's settings and the
         # speedup threshold drawn on its charts).
         "thresholds": dict(verdict.get("thresholds") or {}),

@@ -63,6 +63,8 @@ class FilterModule:
             "event_key_file": specfleet_event_key_file,
             "hf_repo_dir": cache.hf_repo_dir,
             "hf_holdings_line": cache.holdings_line,
+            "hf_fanout_jobs": cache.fanout_jobs,
+            "hf_fanned_out": cache.fanned_out,
             "hardware_line": render.hardware_line,
             "rsync_complaint": cache.rsync_complaint,
             "serving_argv": serving.argv,

@@ -196,7 +196,6 @@ def main() -> None:
     if params["state"] == "present":
         changes = changes_needed(current_id, wanted_id, pinned, params["clocks"] and pinned is not None)
     before = summary(current_name, current_id == wanted_id, pinned, wanted_name)
-    warnings = []
     if changes and not module.check_mode:
         if "mode" in changes:
             # A mode that needs a reboot makes nvpmodel ask; "no" keeps the unit up.
@@ -210,7 +209,7 @@ def main() -> None:
                 module.fail_json(msg=f"jetson_power: jetson_clocks failed ({rc}): {err.strip() or out.strip()}")
         current_id, current_name, pinned = read()
         if current_id != wanted_id:
-            warnings.append(f"mode {wanted_id} ({wanted_name}) did not take: nvpmodel may need a reboot for it")
+            module.warn(f"mode {wanted_id} ({wanted_name}) did not take: nvpmodel may need a reboot for it")
     after = before if module.check_mode else summary(current_name, current_id == wanted_id, pinned, wanted_name)
     if module.check_mode and changes:
         after = summary(wanted_name, True, True if "clocks" in changes else pinned, wanted_name)
@@ -223,7 +222,7 @@ def main() -> None:
         "clocks_pinned": pinned,
         "summary": after,
     }
-    module.exit_json(changed=bool(changes), changes=changes, power=power, warnings=warnings,
+    module.exit_json(changed=bool(changes), changes=changes, power=power,
                      diff={"before": f"power: {before}\n", "after": f"power: {after}\n"})
 
 

@@ -13,6 +13,8 @@ login user `nvidia` (sudo with a password, which rsync cannot answer), not root.
    key of this run while it lasts; afterwards every authorized_keys is as it was.
 4. The role's fan-out killed mid-copy (SIGKILL: the driver cleans nothing up): the role's
    `always` removes the fleet key from every unit, and no unit has a partial store live.
+5. Prepare's model role (specfleet_hf_cache) fans a model that several units lack out unit to
+   unit, and pushes from the controller what fewer units lack; a second run copies nothing.
 """
 
 from __future__ import annotations
@@ -108,9 +110,15 @@ print(json.dumps({"live": os.path.basename(real), "bad": bad}))
 
 
 def live_state(node: Node, manifest: dict) -> dict:
+    return live_state_at(node, manifest, ROOT)
+
+
+def live_state_at(node: Node, manifest: dict, root: str) -> dict:
+    """The unit's live copy of the manifest's store below ``root``: its version and every file
+    that does not match (sha256, symlink targets)."""
     argv = ["ssh", "-p", str(node.port), "-l", node.user, "-o", "BatchMode=yes",
             *(["-i", node.key_file] if node.key_file else []), *node.ssh_args, node.host,
-            f"python3 -c {shlex.quote(VERIFY)} {ROOT}"]
+            f"python3 -c {shlex.quote(VERIFY)} {root}"]
     proc = subprocess.run(argv, input=json.dumps(manifest), capture_output=True, text=True, timeout=60,
                           check=True)
     return json.loads(proc.stdout)
@@ -360,3 +368,80 @@ def test_role_run_killed_mid_copy_leaves_no_fleet_key(lab_units, tmp_path):
         state = live_state(node, manifest)
         # The new version verified in full, or what was live before: never a partial store.
         assert state["live"] != manifest["id"] or state["bad"] == [], (node.name, state)
+
+
+HF_ROOT = "/var/lib/specfleet-hf-fanout-test"
+HF_PLAY = """
+- name: Prepare's model role, on its own
+  hosts: all
+  gather_facts: false
+  become: true
+  roles:
+    - role: specfleet.fleet.specfleet_hf_cache
+      vars:
+        specfleet_hf_cache_store: {store}
+        specfleet_hf_cache_dir: {root}
+        specfleet_hf_cache_models: [test/fanout]
+  post_tasks:
+    - name: Record which models came unit to unit, and the fan-outs' results
+      ansible.builtin.copy:
+        content: >-
+          {{{{ {{'fanned': specfleet_hf_cache_fanned,
+                'runs': specfleet_hf_cache_fanout.results | default([]) | map(attribute='stdout') | list}}
+             | to_json }}}}
+        dest: "{out}/{{{{ inventory_hostname }}}}.json"
+        mode: "0644"
+      delegate_to: localhost
+      become: false
+      changed_when: false  # the test's own record: the recap counts the role's changes alone
+"""
+
+
+def run_model_role(lab_units: list[Node], tmp_path: Path, store: Path, *extra: str) -> tuple[str, dict]:
+    """The model role on every lab unit; (output, per unit: fanned models and fan-out results)."""
+    out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
+    out.mkdir()
+    playbook = tmp_path / "models.yml"
+    playbook.write_text(HF_PLAY.format(store=store, root=HF_ROOT, out=out))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"}
+    proc = subprocess.run(
+        [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(REPO / "inventory/lab"), str(playbook), *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return proc.stdout, {node.name: json.loads((out / f"{node.name}.json").read_text()) for node in lab_units}
+
+
+def test_prepare_fans_a_model_several_units_lack_out_unit_to_unit(lab_units, tmp_path):
+    store = tmp_path / "store"
+    manifest = make_store(store, b"hf1")
+    size = sum(int(entry["size"]) for entry in manifest["files"].values())
+
+    # Every unit lacks it (more than specfleet_hf_cache_fanout_min_units, 3): one fan-out.
+    _, seen = run_model_role(lab_units, tmp_path, store)
+    (run_json,) = seen[lab_units[0].name]["runs"]
+    run = json.loads(run_json)
+    assert run["mode"] == "fanout" and run["units"] == {node.name: "live" for node in lab_units}, run
+    # The controller sent each piece at least once and less than a push would (one copy per
+    # unit); the units sent the rest to each other.
+    assert size <= run["bytes_from"]["controller"] < len(lab_units) * size, run["bytes_from"]
+    assert run["bytes_from"]["controller"] + run["bytes_from"]["peers"] == len(lab_units) * size, run
+    for node in lab_units:
+        assert seen[node.name]["fanned"] == ["test/fanout"], (node.name, seen[node.name])
+        assert live_state_at(node, manifest, HF_ROOT) == {"live": manifest["id"], "bad": []}, node.name
+        assert fleet_entries(node) == [], node.name
+
+    # A second run: nothing lacks it, no fan-out, nothing changes.
+    output, seen = run_model_role(lab_units, tmp_path, store)
+    assert all(state == {"fanned": [], "runs": []} for state in seen.values()), seen
+    recap = output.split("PLAY RECAP")[-1]
+    assert "changed=0" in recap and "changed=1" not in recap and "failed=0" in recap, recap
+
+    # A new version that fewer units than the minimum lack: the controller copies it to each.
+    manifest = make_store(store, b"hf2")
+    output, seen = run_model_role(lab_units, tmp_path, store,
+                                  "-e", f"specfleet_hf_cache_fanout_min_units={len(lab_units) + 1}")
+    assert all(state == {"fanned": [], "runs": []} for state in seen.values()), seen
+    assert "Copy what is missing into each model's staging directory" in output
+    for node in lab_units:
+        assert live_state_at(node, manifest, HF_ROOT) == {"live": manifest["id"], "bad": []}, node.name

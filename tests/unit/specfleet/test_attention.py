@@ -23,6 +23,18 @@ def reverted(host: str, headline: str, check: str, blocks: int = 3) -> dict:
                             "inconclusive": "still inconclusive" in headline}}
 
 
+def test_a_reverts_cause_is_the_gates_deciding_check_whatever_reasons_come_first():
+    """A later unit of a sweep's key: the sweep's line stands before the gate's headline."""
+    divergence = ("code_edit: speculation changed the output where the baseline was confident (8 of 8 answers; "
+                  "first at token 9)")
+    record = {**reverted("agx-02", "revert to the baseline: 1 check(s) failed", divergence),
+              "reasons": ["num_speculative_tokens 3: confirmed by agx-01's sweep",
+                          "revert to the baseline: 1 check(s) failed", divergence, "code_edit: throughput ... clears"]}
+    record["measurement"]["deciding"] = divergence
+    (item,) = attention.needing_attention([record], BY_PATH)
+    assert f"Speculation did not pay on this unit ({divergence})" in item.cause, item.cause
+
+
 def failed(host: str, task: str, failure_class: str, message: str, serving: str | None,
            baseline_measured: bool = True) -> dict:
     return {"host": host, "decision": "failed", "serving": serving,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
-from specfleet import cli, compare, report
+from specfleet import attention, cli, compare, report
 from tests.conftest import RECORDED_RUN
 
 
@@ -49,8 +49,12 @@ def test_a_cold_start_after_an_image_change_is_a_moved_start_with_the_prewarm_co
     found = compare.compare_unit(thor, after)
     # The speculative side's 1.4 -> 1.6 s is one sample's noise; the baseline's cold start is not.
     assert found.moved == ["start to serving (baseline) 1.2 -> 3.9 s (torch.compile cache hit -> miss)"]
-    assert found.hints == [compare.COLD_START_HINT.format(host="thor-01")]
-    assert "prewarm.yml -l thor-01" in found.hints[0]
+    assert found.hints == [compare.COLD_START_HINT.format(command="ansible-playbook playbooks/prewarm.yml -l thor-01")]
+    # Typed as the later run was started: its inventory, or the collection's playbook name.
+    lab = compare.compare_unit(thor, after, attention.Invocation("playbooks/site.yml", ("inventory/lab",)))
+    assert "`ansible-playbook -i inventory/lab playbooks/prewarm.yml -l thor-01`" in lab.hints[0]
+    event = compare.compare_unit(thor, after, attention.Invocation("specfleet.fleet.site"))
+    assert "`ansible-playbook specfleet.fleet.prewarm -l thor-01`" in event.hints[0]
     # The same cold start without an image change is named, without the image's hint.
     found = compare.compare_unit(thor, {**after, "image": thor["image"]})
     assert len(found.moved) == 1 and found.hints == []

@@ -13,6 +13,17 @@ def test_a_failures_cause_is_its_first_failed_items_first_line_cut_short():
     assert console.failure_message({"stderr": "boom"}) == "boom" and console.failure_message({}) == "failed"
     hidden = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
     assert console.failure_message({"censored": hidden, "failed": True}) == hidden
+    # A failed command: its stderr's last line, not the module's "non-zero return code".
+    command = {"failed": True, "msg": "non-zero return code", "rc": 2,
+               "stderr": "Traceback (most recent call last):\n  ...\nValueError: no hosts\n"}
+    assert console.failure_message(command) == "exit 2: ValueError: no hosts"
+    assert console.failure_message({"failed": True, "msg": "non-zero return code", "rc": 1}) == "non-zero return code"
+    # A first line that announces a list (the preflight's): the list is the cause.
+    listed = {"msg": "thor-01: invalid specfleet variables:\n  - thor-01: specfleet_x: not a specfleet variable\n"
+                     "  - thor-01: specfleet_y: must be a number\n"}
+    assert console.failure_message(listed) == (
+        "thor-01: invalid specfleet variables: thor-01: specfleet_x: not a specfleet variable; "
+        "thor-01: specfleet_y: must be a number")
     long = console.failure_message({"msg": "x" * 1000})
     assert len(long) == console.CAUSE_LIMIT and long.endswith("...")
 

@@ -72,6 +72,8 @@ def test_a_straddling_bound_measures_one_more_pair_then_reverts_at_the_budget():
     assert at_budget["decision"] == "revert"
     assert at_budget["reasons"][0].startswith("revert to the baseline: still inconclusive after 3 blocks")
     assert at_budget["inconclusive"] and not verdict["inconclusive"]
+    # The check it came down to: the first still open (none failed); a verdict that measures on has none.
+    assert "straddles the +30.0% needed" in at_budget["deciding"] and verdict["deciding"] is None
 
 
 def test_more_blocks_only_add_power():

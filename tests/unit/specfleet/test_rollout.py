@@ -127,6 +127,7 @@ def test_an_inconclusive_verdict_measures_one_more_pair():
     assert any(reason.startswith("revert to the baseline: still inconclusive after 5 blocks")
                for reason in state["outcome"]["reasons"]), state["outcome"]["reasons"]
     assert state["outcome"]["measurement"]["inconclusive"]
+    assert "straddles" in state["outcome"]["measurement"]["deciding"], state["outcome"]["measurement"]
 
 
 def test_an_earlier_decision_that_no_longer_starts_is_measured_again():
