@@ -7,15 +7,37 @@ copies before switching them in.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
-from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import build_manifest
+from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import (
+    exchange,
+    fsync_directory,
+    move_directory,
+    write_file,
+)
+from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
+    build_manifest,
+    total_bytes,
+    verify_tree,
+)
+
+from specfleet.fanout import lacked_jobs
 
 MANIFESTS = "manifests"
+# Image tarballs as store entries: STORE/images/<name>/part-NNNNN, the tarball cut in parts of
+# equal size (the last shorter), so a unit passes each verified part on while it receives the
+# rest (a fan-out pipelines whole files; one 8-70 GB file would travel in one piece), and
+# `cat part-* | docker load` reads them back in order. STORE/sources/<name>.json records which
+# tarball the entry was cut from.
+IMAGE_SUBDIR = "images"
+IMAGE_SOURCES = "sources"
+IMAGE_PART_PREFIX = "part-"
 
 
 def holdings_line(holdings: Sequence[Sequence[Any]], skipped: Sequence[str]) -> str:
@@ -36,39 +58,25 @@ def hf_repo_dir(repo_id: str) -> str:
     return "models--" + repo_id.replace("/", "--")
 
 
-def fanout_jobs(lacking: Iterable[Sequence[Any]], min_units: int) -> list[dict[str, Any]]:
-    """One unit-to-unit fan-out per model that at least ``min_units`` units lack.
-
-    ``lacking``: (host, repos) pairs in play order, the repos whose live copy on that host does
-    not match its manifest. Pushing a model of S bytes from the controller to N units takes
-    N*S over the controller's one link; a fan-out takes about S (units pass verified pieces on
-    to each other), but sets up a fleet key on every unit first, which only pays from a few
-    units on. A model fewer units lack is pushed to each (rsync), as for a single unit.
-    Each job: ``repo``, ``name`` (its hub directory) and ``units``.
-    """
-    if min_units < 1:
-        raise ValueError(f"specfleet_hf_cache_fanout_min_units must be at least 1, not {min_units}")
-    units_of: dict[str, list[str]] = {}
-    for host, repos in lacking:
-        for repo in repos:
-            units_of.setdefault(repo, []).append(host)
-    return [{"repo": repo, "name": hf_repo_dir(repo), "units": hosts}
-            for repo, hosts in sorted(units_of.items()) if len(hosts) >= min_units]
+def fanout_jobs(lacking: Iterable[Sequence[Any]], min_units: int, store: str, root: str) -> list[dict[str, Any]]:
+    """The models to fan out unit to unit (``fanout.lacked_jobs``): ``lacking`` pairs each host,
+    in play order, with the repos whose live copy there does not match its manifest. A model
+    fewer than ``min_units`` units lack is pushed to each (rsync), as for a single unit. Each
+    job copies the controller's model ``store`` into the units' HF cache ``root`` and carries
+    its ``repo``."""
+    return lacked_jobs(lacking, min_units, store, "hub", root, "specfleet_hf_cache_fanout_min_units",
+                       hf_repo_dir, "repo")
 
 
-def fanned_out(results: Iterable[Mapping[str, Any]], host: str) -> list[str]:
-    """The repos that this run's fan-outs made live on ``host``: from the registered results
-    of the `specfleet distribute --format json` task that ran ``fanout_jobs``. A unit a fan-out
-    could not serve (a dropped link, a failed check) is not among them: the controller pushes
-    to it as to a single unit."""
-    live = []
-    for result in results:
-        if result.get("skipped") or not result.get("stdout"):
-            continue
-        outcome = json.loads(result["stdout"])
-        if outcome.get("units", {}).get(host) == "live":
-            live.append(result["item"]["repo"])
-    return live
+def image_fanout_jobs(lacking: Iterable[Sequence[Any]], min_units: int, store: str, root: str
+                      ) -> list[dict[str, Any]]:
+    """The image tarballs to fan out unit to unit: ``lacking`` pairs each host with the tarball
+    files (``specfleet_image_tarball``) whose image it lacks. Each job copies the entry
+    ``store_image`` cuts from a tarball (``STORE/images/<name>``) into the units' image
+    directory ``root`` and carries its ``tarball``; fewer than ``min_units`` units get the
+    tarball from the controller (rsync)."""
+    return lacked_jobs(lacking, min_units, store, IMAGE_SUBDIR, root, "specfleet_image_fanout_min_units",
+                       image_entry_name, "tarball")
 
 
 def checkpoint_link(repo_id: str, revision: str) -> str:
@@ -122,3 +130,102 @@ def write_manifests(store: Path, subdir: str) -> list[dict]:
     """Write (or rewrite) the manifest of every entry; returns them."""
     (store / MANIFESTS).mkdir(exist_ok=True)
     return [write_manifest(store, subdir, entry.name) for entry in store_entries(store, subdir)]
+
+
+# ---- image tarballs as store entries ----------------------------------------------------------
+def image_entry_name(tarball: str) -> str:
+    """The store entry of a `docker save` tarball: its file name without ``.tar``."""
+    name = Path(tarball).name
+    stem = name[:-len(".tar")] if name.endswith(".tar") else name
+    if not stem or stem.startswith("."):
+        raise ValueError(f"{tarball}: not a usable tarball name")
+    return stem
+
+
+def image_parts(size: int, part_bytes: int) -> list[tuple[str, int, int]]:
+    """(file name, offset, length) of each part a tarball of ``size`` bytes is cut into. The
+    names sort in the parts' order (zero-padded to one width), as a shell glob lists them."""
+    if part_bytes < 1:
+        raise ValueError(f"a part must hold at least one byte, not {part_bytes}")
+    count = max(1, -(-size // part_bytes))
+    width = max(5, len(str(count - 1)))
+    return [(f"{IMAGE_PART_PREFIX}{index:0{width}d}", index * part_bytes,
+             min(part_bytes, size - index * part_bytes)) for index in range(count)]
+
+
+def store_image(tarball: Path, store: Path, part_bytes: int) -> dict[str, Any]:
+    """Make ``tarball`` the store entry ``STORE/images/<name>`` (``image_parts``) with its
+    manifest, unless the entry was cut from this very file already (same name, size and
+    mtime, same part size) and still holds what its manifest lists (sizes). Returns ``name``,
+    ``id`` (the manifest's), ``parts``, ``bytes`` and ``changed``.
+
+    The manifest says an entry is whole (the fan-out copies only entries that have one), so an
+    entry being replaced loses its manifest first and gets the new one only once its parts are
+    written, synced and switched in: a kill or a power cut at any point leaves either the old
+    entry with its manifest, or an entry without one, which the next run cuts again. One cut
+    per entry at a time (a lock beside it); a killed cut's staging is removed by the next."""
+    name = image_entry_name(str(tarball))
+    stat = tarball.stat()
+    source = {"tarball": tarball.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "part_bytes": part_bytes}
+    marker = store / IMAGE_SOURCES / f"{name}.json"
+    manifest_file = manifest_path(store, name)
+    entries = store / IMAGE_SUBDIR
+    entry = entries / name
+    entries.mkdir(parents=True, exist_ok=True)
+    with (entries / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if manifest_file.is_file() and marker.is_file() and json.loads(marker.read_text()) == source:
+            manifest = json.loads(manifest_file.read_text())
+            if entry.is_dir() and not verify_tree(str(entry), manifest, full=False):
+                return image_summary(manifest, changed=False)
+        manifest_file.unlink(missing_ok=True)
+        staging = entries / f".{name}.staging"
+        shutil.rmtree(staging, ignore_errors=True)  # a killed cut's
+        staging.mkdir()
+        try:
+            with tarball.open("rb") as whole:
+                for part, offset, length in image_parts(stat.st_size, part_bytes):
+                    whole.seek(offset)
+                    with (staging / part).open("wb") as out:
+                        copy_bytes(whole, out, length)
+                        out.flush()
+                        os.fsync(out.fileno())
+            staging.chmod(0o755)
+            fsync_directory(staging)
+            switch_in(staging, entry)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        manifest = write_manifest(store, IMAGE_SUBDIR, name)
+        marker.parent.mkdir(exist_ok=True)
+        write_file(marker, json.dumps(source, sort_keys=True) + "\n")
+    return image_summary(manifest, changed=True)
+
+
+def copy_bytes(source: Any, target: Any, length: int, chunk: int = 8 << 20) -> None:
+    left = length
+    while left > 0:
+        data = source.read(min(chunk, left))
+        if not data:
+            raise ValueError(f"{source.name}: ended {left} bytes early (the tarball changed while it was cut?)")
+        target.write(data)
+        left -= len(data)
+
+
+def switch_in(staging: Path, entry: Path) -> None:
+    """Put the directory ``staging`` at ``entry`` in one step, durably; what was there ends at
+    ``staging``."""
+    if not entry.exists():
+        move_directory(str(staging), str(entry))
+    elif exchange(str(staging), str(entry)):
+        fsync_directory(entry.parent)
+    else:
+        aside = entry.parent / f".{entry.name}.old"
+        shutil.rmtree(aside, ignore_errors=True)  # a killed switch's
+        move_directory(str(entry), str(aside))
+        move_directory(str(staging), str(entry))
+        move_directory(str(aside), str(staging))
+
+
+def image_summary(manifest: Mapping[str, Any], changed: bool) -> dict[str, Any]:
+    return {"name": manifest["name"], "id": manifest["id"], "parts": len(manifest["files"]),
+            "bytes": total_bytes(manifest), "changed": changed}

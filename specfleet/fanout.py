@@ -27,10 +27,63 @@ that is the lock-step schedule of waves the tests check, and it adapts when they
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 CONTROLLER = "controller"
+
+
+# ---- jobs ------------------------------------------------------------------------------
+def distribution_job(label: str, store: str, name: str, subdir: str, root: str, units: Sequence[str],
+                     **extra: Any) -> dict[str, Any]:
+    """One run of `specfleet distribute`, as the specfleet_fanout role's ``distribute`` tasks
+    take it (``specfleet_fanout_jobs``): the controller ``store`` holding ``<subdir>/<name>/``
+    and ``manifests/<name>.json``, the ``root`` of the stores on the units, the ``units`` that
+    take it, and the ``label`` the play shows for it. ``extra`` keys ride along for the caller
+    to read back from the registered results (the model role's repo id)."""
+    if not units:
+        raise ValueError(f"{label}: a distribution job needs at least one unit")
+    return {**extra, "label": label, "store": store, "name": name, "subdir": subdir, "root": root,
+            "units": list(units)}
+
+
+def lacked_jobs(lacking: Iterable[Sequence[Any]], min_units: int, store: str, subdir: str, root: str,
+                variable: str, name_of: Callable[[str], str], carry: str) -> list[dict[str, Any]]:
+    """One distribution job per payload that at least ``min_units`` units lack (0: none).
+
+    ``lacking``: (host, payloads) pairs in play order; ``name_of`` gives a payload's store entry
+    (a repo id's hub directory, a tarball's entry), and each job carries its payload as
+    ``carry`` and as its label. Pushing S bytes from the controller to N units takes N*S over
+    its one link; a fan-out takes about S (units pass verified pieces on to each other) but
+    first sets up a fleet key on every unit, which pays only from a few units on: a payload
+    fewer units lack is the caller's to push. ``variable`` names the minimum's setting in the
+    error for a negative one. Jobs are sorted by entry; units keep play order.
+    """
+    if min_units < 0:
+        raise ValueError(f"{variable} must be 0 (off) or more, not {min_units}")
+    units_of: dict[str, list[str]] = {}
+    payload_of: dict[str, str] = {}
+    for host, payloads in lacking:
+        for payload in payloads:
+            name = name_of(payload)
+            payload_of[name] = payload
+            units_of.setdefault(name, []).append(host)
+    if min_units == 0:
+        return []
+    return [distribution_job(payload_of[name], store, name, subdir, root, hosts, **{carry: payload_of[name]})
+            for name, hosts in sorted(units_of.items()) if len(hosts) >= min_units]
+
+
+def served(results: Iterable[Mapping[str, Any]], host: str, field: str = "name") -> list[Any]:
+    """``field`` of each job that made its entry live on ``host``: from the registered results
+    of the specfleet_fanout role's ``distribute`` tasks (``specfleet_fanout_runs``), whose
+    stdout is `specfleet distribute --format json`. A unit a fan-out could not serve (a dropped
+    link, a failed check) is not among them, nor any in check mode (no stdout): the caller
+    copies to it from the controller, as to a single unit."""
+    return [result["item"][field] for result in results
+            if result.get("stdout") and json.loads(result["stdout"]).get("units", {}).get(host) == "live"]
 
 
 # ---- pieces ----------------------------------------------------------------------------

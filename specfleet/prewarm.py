@@ -55,6 +55,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest imp
 )
 
 from specfleet import serving
+from specfleet.fanout import distribution_job
 
 KEY_VERSION = 1
 STORE_SUBDIR = "compile-cache"
@@ -238,28 +239,31 @@ def unit_entries(cache_keys: Iterable[str], stores: Mapping[str, Mapping[str, An
     return list(taken.values())
 
 
-def distribution_jobs(units: Iterable[Mapping[str, Any]], stores: Mapping[str, Mapping[str, Any]]
-                      ) -> list[dict[str, Any]]:
+def distribution_jobs(units: Iterable[Mapping[str, Any]], stores: Mapping[str, Mapping[str, Any]],
+                      store: str, root: str) -> list[dict[str, Any]]:
     """One fan-out per (key, entry) that some unit taking it lacks.
 
     ``units``: ``host``, ``cache_keys``, ``missing`` (refs, ``entry_ref``, of the entries not
     live and verified on the unit). ``stores``: key -> inspection (``present``, ``entries``).
     The targets of a job are the units that take that entry from that key (``unit_entries``);
-    those that hold it already serve it to their peers and copy nothing.
+    those that hold it already serve it to their peers and copy nothing. Each job is a
+    ``fanout.distribution_job`` of the key's store below the controller's ``store``
+    (``<store>/compile-cache/<key>``) into the units' compile-cache ``root``.
     """
     units = list(units)
     takes = {unit["host"]: {entry["ref"] for entry in unit_entries(unit.get("cache_keys") or [], stores)}
              for unit in units}
     missing = {unit["host"]: set(unit.get("missing") or []) for unit in units}
     jobs = []
-    for key, store in stores.items():
-        if not store.get("present"):
+    for key, inspection in stores.items():
+        if not inspection.get("present"):
             continue
-        for entry in store.get("entries") or []:
+        for entry in inspection.get("entries") or []:
             ref = entry_ref(key, entry["name"])
             targets = [unit["host"] for unit in units if ref in takes[unit["host"]]]
             if any(ref in missing[host] for host in targets):
-                jobs.append({"key": key, "entry": entry["name"], "units": targets})
+                jobs.append(distribution_job(f"{key}: {entry['name']}", str(key_store(Path(store), key)),
+                                             entry["name"], ENTRY_SUBDIR, root, targets))
     return jobs
 
 

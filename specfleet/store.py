@@ -97,6 +97,10 @@ def default_store() -> str:
     return checkout_path(role_defaults("specfleet_hf_cache")["specfleet_hf_cache_store"], "specfleet_hf_cache_store")
 
 
+def default_image_store() -> str:
+    return checkout_path(role_defaults("specfleet_image")["specfleet_image_store"], "specfleet_image_store")
+
+
 def default_tiktoken_dir() -> str:
     source = role_defaults("specfleet_tiktoken")["specfleet_tiktoken_source_dir"]
     return checkout_path(source, "specfleet_tiktoken_source_dir")
@@ -299,21 +303,24 @@ def add_repo(repo_id: str, store: Path, revision: str | None) -> dict[str, Any]:
     }
 
 
-def cmd_add(args: argparse.Namespace) -> int:
+def run_command(command: str, args: argparse.Namespace, work: Callable[[], Any], text: Callable[[Any], str]) -> int:
+    """One `specfleet store` command: ``work`` does it; its result printed as JSON (--format json)
+    or as ``text`` gives it; a StoreError is one line on stderr and its exit code."""
     try:
-        summary = add_repo(args.repo_id, Path(args.store), args.revision)
+        result = work()
     except StoreError as exc:
-        print(f"specfleet store add: {exc}", file=sys.stderr)
+        print(f"specfleet store {command}: {exc}", file=sys.stderr)
         return exc.code
-    if args.format == "json":
-        print(json.dumps(summary, indent=2))
-    else:
-        print(
-            f"{summary['repo']} at {summary['revision']}: {summary['files']} files, "
-            f"{summary['bytes'] / 2**30:.2f} GiB in {Path(args.store) / HUB_SUBDIR / summary['name']}; "
-            f"manifest {summary['manifest']} ({summary['id']})"
-        )
+    print(json.dumps(result, indent=2) if args.format == "json" else text(result))
     return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    return run_command(
+        "add", args, lambda: add_repo(args.repo_id, Path(args.store), args.revision),
+        lambda summary: (f"{summary['repo']} at {summary['revision']}: {summary['files']} files, "
+                         f"{summary['bytes'] / 2**30:.2f} GiB in {Path(args.store) / HUB_SUBDIR / summary['name']}; "
+                         f"manifest {summary['manifest']} ({summary['id']})"))
 
 
 # ---------------------------------------------------------------- tiktoken encodings
@@ -427,35 +434,52 @@ def fetch_tiktoken(
     return results
 
 
-def cmd_tiktoken(args: argparse.Namespace) -> int:
-    try:
-        listed = None
-        if args.inventory:
-            from specfleet.inventory import host_variables
+def tiktoken_command(args: argparse.Namespace) -> list[dict[str, str]]:
+    listed = None
+    if args.inventory:
+        from specfleet.inventory import host_variables
 
-            try:
-                variables = host_variables(args.inventory)
-            except Exception as exc:  # Ansible's own parse errors: one line, not a traceback
-                raise StoreError(f"{args.inventory}: cannot read the inventory ({exc})", EXIT_BAD_INPUT) from exc
-            listed = inventory_table(variables, args.inventory)
         try:
-            encodings, prefix = tiktoken_table(listed)
-        except ValueError as exc:
-            raise StoreError(f"{args.inventory or 'roles/specfleet_tiktoken'}: {exc}", EXIT_BAD_INPUT) from exc
-        if args.url_prefix:
-            if not args.url_prefix.startswith(("http://", "https://")):
-                raise StoreError(f"--url-prefix {args.url_prefix!r}: not an http(s) URL", EXIT_BAD_INPUT)
-            prefix = args.url_prefix
-        results = fetch_tiktoken(Path(args.dir), prefix, encodings)
-    except StoreError as exc:
-        print(f"specfleet store tiktoken: {exc}", file=sys.stderr)
-        return exc.code
-    if args.format == "json":
-        print(json.dumps(results, indent=2))
-    else:
-        for result in results:
-            print(f"{result['file']}: {result['result']}")
-    return 0
+            variables = host_variables(args.inventory)
+        except Exception as exc:  # Ansible's own parse errors: one line, not a traceback
+            raise StoreError(f"{args.inventory}: cannot read the inventory ({exc})", EXIT_BAD_INPUT) from exc
+        listed = inventory_table(variables, args.inventory)
+    try:
+        encodings, prefix = tiktoken_table(listed)
+    except ValueError as exc:
+        raise StoreError(f"{args.inventory or 'roles/specfleet_tiktoken'}: {exc}", EXIT_BAD_INPUT) from exc
+    if args.url_prefix:
+        if not args.url_prefix.startswith(("http://", "https://")):
+            raise StoreError(f"--url-prefix {args.url_prefix!r}: not an http(s) URL", EXIT_BAD_INPUT)
+        prefix = args.url_prefix
+    return fetch_tiktoken(Path(args.dir), prefix, encodings)
+
+
+def cmd_tiktoken(args: argparse.Namespace) -> int:
+    return run_command("tiktoken", args, lambda: tiktoken_command(args),
+                       lambda results: "\n".join(f"{result['file']}: {result['result']}" for result in results))
+
+
+def image_command(args: argparse.Namespace) -> dict[str, Any]:
+    tarball = Path(args.tarball)
+    if not tarball.is_file():
+        raise StoreError(f"{tarball}: no such tarball (make it with `docker save -o {tarball} IMAGE`)", EXIT_BAD_INPUT)
+    if args.part_mib < 1:
+        raise StoreError(f"--part-mib {args.part_mib}: must be at least 1", EXIT_BAD_INPUT)
+    try:
+        return cache.store_image(tarball, Path(args.store), args.part_mib << 20)
+    except ValueError as exc:
+        raise StoreError(str(exc), EXIT_BAD_INPUT) from exc
+    except OSError as exc:
+        raise StoreError(f"{args.store}: cannot write the entry ({exc.strerror or exc})", EXIT_BAD_INPUT) from exc
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    return run_command(
+        "image", args, lambda: image_command(args),
+        lambda result: (f"{args.tarball}: {'cut into' if result['changed'] else 'already in the store as'} "
+                        f"{args.store}/{cache.IMAGE_SUBDIR}/{result['name']} ({result['parts']} parts, "
+                        f"{result['bytes']} bytes, manifest {result['id']})"))
 
 
 # ---------------------------------------------------------------- command line
@@ -494,6 +518,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add.add_argument("--format", choices=("text", "json"), default="text")
     add.set_defaults(func=cmd_add)
+
+    image = commands.add_parser(
+        "image",
+        help="cut a `docker save` tarball into the image store, for the unit-to-unit fan-out",
+        description="Make TARBALL the entry STORE/images/NAME (NAME: the file name without .tar) of parts "
+        "of equal size and write its manifest, as specfleet_image does before it fans an image out unit to "
+        "unit: units pass each verified part on while they receive the rest, and load the image with "
+        "`cat part-* | docker load`. Nothing is done when the entry was cut from this file already (same "
+        "size and modification time). The entry appears whole or not at all.",
+    )
+    image.add_argument("tarball", metavar="TARBALL", help="docker save output, e.g. files/images/NAME.tar")
+    image_store_default = default_image_store()
+    image.add_argument(
+        "--store", default=image_store_default, metavar="DIR",
+        help=f"image store (default {image_store_default}, relative to the current directory: the "
+        "specfleet_image_store default, specfleet_files_dir/image-store)",
+    )
+    image.add_argument("--part-mib", type=int, default=64, metavar="MIB",
+                       help="size of each part in MiB (default %(default)s)")
+    image.add_argument("--format", choices=("text", "json"), default="text")
+    image.set_defaults(func=cmd_image)
 
     tiktoken = commands.add_parser(
         "tiktoken",

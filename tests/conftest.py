@@ -167,6 +167,24 @@ def fleet_leftovers(probe_output: str) -> list[str]:
     return entries + [f"file {name}" for name in listing.split() if name.startswith("specfleet_fanout")]
 
 
+def fanout_record_task(fanned: str, out: Path) -> str:
+    """The post task of a test's own play around one prepare role: per host, what came unit to
+    unit (the expression ``fanned``) and the fan-outs' results, as JSON in ``out``/<host>.json."""
+    return f"""  post_tasks:
+    - name: Record what came unit to unit, and the fan-outs' results
+      ansible.builtin.copy:
+        content: >-
+          {{{{ {{'fanned': {fanned},
+                'runs': specfleet_fanout_runs.results | default([]) | map(attribute='stdout') | list}}
+             | to_json }}}}
+        dest: "{out}/{{{{ inventory_hostname }}}}.json"
+        mode: "0644"
+      delegate_to: localhost
+      become: false
+      changed_when: false  # the test's own record: the recap counts the role's changes alone
+"""
+
+
 def _lab_playbook_argv(name: str, *extra: str) -> list[str]:
     return [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(LAB_INVENTORY), f"playbooks/{name}",
             *extra]

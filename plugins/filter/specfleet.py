@@ -11,12 +11,12 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 )
 
 try:
-    from specfleet import bootstrap, cache, daemon_json, event_key, plan, render, serving, sweep
+    from specfleet import bootstrap, cache, daemon_json, event_key, fanout, plan, render, serving, sweep
     from specfleet.catalog import load_catalog
 except ImportError as exc:
     # Still listed and documented without the package; calling a filter says what to install.
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
-    bootstrap = cache = daemon_json = event_key = plan = render = serving = sweep = MissingSpecfleet(exc)
+    bootstrap = cache = daemon_json = event_key = fanout = plan = render = serving = sweep = MissingSpecfleet(exc)
     load_catalog = MissingSpecfleet(exc).load_catalog
 else:
     SPECFLEET_IMPORT_ERROR = None
@@ -64,7 +64,9 @@ class FilterModule:
             "hf_repo_dir": cache.hf_repo_dir,
             "hf_holdings_line": cache.holdings_line,
             "hf_fanout_jobs": cache.fanout_jobs,
-            "hf_fanned_out": cache.fanned_out,
+            "image_fanout_jobs": cache.image_fanout_jobs,
+            "image_entry_name": cache.image_entry_name,
+            "fanout_served": fanout.served,
             "hardware_line": render.hardware_line,
             "rsync_complaint": cache.rsync_complaint,
             "serving_argv": serving.argv,

@@ -211,32 +211,35 @@ class Sent:
 
 
 class TwinPairing:
-    """While active, every request the client sends through ``client.stream_request`` is
-    recorded with its exact body, and followed at once by the same body with max_tokens 1 on
-    the twin emulator. run_batch looks stream_request up in its module at call time, so
-    run_benchmark itself is unchanged; at c=1 the twin request runs between two requests of
-    the run, never beside one."""
+    """While active, every batch run_benchmark sends (``client.run_batch``, which it looks up in
+    its module at call time, so run_benchmark itself is unchanged) is recorded request by request
+    with its exact body; once the batch has ended, each body is sent again with max_tokens 1 to
+    the twin emulator, one after another, so a twin request never runs beside a measured one.
+    The client's CPU time of a batch is shared evenly among its requests (one thread serves
+    every stream of a batch, so there is no per-request CPU clock)."""
 
     def __init__(self, twin: client.Endpoint) -> None:
         self.twin = twin
         self.sent: list[Sent] = []
-        self.original: Callable[..., client.RequestResult] = client.stream_request
+        self.original: Callable[..., client.BatchResult] = client.run_batch
 
     def __enter__(self) -> TwinPairing:
-        client.stream_request = self.call
+        client.run_batch = self.call
         return self
 
     def __exit__(self, *exc: object) -> None:
-        client.stream_request = self.original
+        client.run_batch = self.original
 
-    def call(self, endpoint: client.Endpoint, path: str, body: dict[str, Any], *args: Any,
-             **kwargs: Any) -> client.RequestResult:
+    def call(self, endpoint: client.Endpoint, path: str, bodies: list[dict[str, Any]], *args: Any,
+             **kwargs: Any) -> client.BatchResult:
         before = time.process_time()
-        result = self.original(endpoint, path, body, *args, **kwargs)
-        cpu = time.process_time() - before
-        twin = self.original(self.twin, path, {**body, "max_tokens": 1}, 60.0)
-        self.sent.append(Sent(body, result, twin, cpu))
-        return result
+        batch = self.original(endpoint, path, bodies, *args, **kwargs)
+        cpu = (time.process_time() - before) / max(1, len(bodies))
+        # run_batch returns its results in the order of the bodies.
+        for body, result in zip(bodies, batch.results, strict=True):
+            twin = client.stream_request(self.twin, path, {**body, "max_tokens": 1}, 60.0)
+            self.sent.append(Sent(body, result, twin, cpu))
+        return batch
 
 
 def server_ttft(server: EmulatorProcess) -> tuple[float, float]:
@@ -330,17 +333,19 @@ def emulator_lane(report: dict[str, Any]) -> tuple[list[float], list[float]]:
     return tpot_errors, ttft_errors
 
 
+def measured(body: dict[str, Any], workload: str, prompts: int = EMULATOR_PROMPTS) -> bool:
+    """Whether ``body`` is a request of one of run_benchmark's measured c=1 runs (phases
+    "c1/run<r>", positions up to the run's size); the warm-up's nonces differ."""
+    openings = {client.tagged("", client.request_tag(workload, f"c1/run{run}", position))
+                for run in range(REPETITIONS) for position in range(max(4, prompts))}
+    return any(body_text(body).startswith(opening) for opening in openings)
+
+
 def emulator_rows(
     name: str, workload: str, sent: list[Sent], model: ProgrammedModel,
     ttft_before: tuple[float, float], ttft_after: tuple[float, float],
 ) -> tuple[dict[str, Any], list[float], list[float]] | None:
     """Print and return one config x workload line from the recorded requests."""
-    # The measured runs' nonces (run_benchmark's phases "c1/run<r>"); the warm-up's differ.
-    measured_tags = {
-        client.tagged("", client.request_tag(workload, f"c1/run{run}", position))
-        for run in range(REPETITIONS)
-        for position in range(max(4, EMULATOR_PROMPTS))
-    }
     rows: list[tuple[float, float, float, float, float]] = []
     cpu = 0.0
     tokens = 0
@@ -349,7 +354,7 @@ def emulator_rows(
     for item in sent:
         want = model(item.body)
         programmed_all.append(want["ttft_s"])
-        if not any(body_text(item.body).startswith(tag) for tag in measured_tags):
+        if not measured(item.body, workload):
             continue  # warm-up
         result, other = item.result, item.twin
         if not (result.ok and other.ok):

@@ -19,8 +19,12 @@ ssh/rsync/sha256 work runs on the same 2 cores, so at 40 Mbit/s x 16 units the C
 the links, sets the fan-out rate (measured: 8.4 S/B at N=16 and 40 Mbit/s with 8 pieces,
 3.5 S/B at 20 Mbit/s with 6 pieces); on real units each has its own CPU.
 
-Prints a table and writes JSON to lab/build/bench/fanout.json; never passes or fails on
-time. The last line is `fanout N=16: push X.XX S/B, fanout Y.YY S/B`.
+Then an image: a tarball of the same size, cut into the image store as specfleet_image does
+(`specfleet store image`, 1 MiB parts), fanned out to the largest N by the same path.
+Prints a table (with the bytes that left the controller, in S) and writes JSON to
+lab/build/bench/fanout.json; never passes or fails on time. The last lines are
+`image fanout N=16: Z.ZZ S/B, controller sent C.CC S` and
+`fanout N=16: push X.XX S/B, fanout Y.YY S/B`.
 Env: SPECFLEET_BENCH_SIZES=4,8,16 SPECFLEET_BENCH_MBIT=20 SPECFLEET_BENCH_MB=24
 SPECFLEET_BENCH_FILES=24 SPECFLEET_BENCH_PIECES=6. Needs root (the lab) and a lab that
 is down (it will not take down someone else's lab); leaves it down.
@@ -108,9 +112,22 @@ def wipe(nodes: list[Node]) -> None:
         list(pool.map(one, nodes))
 
 
-def run_once(nodes: list[Node], store: Path, manifest: dict, push: bool) -> dict:
+def make_image_store(base: Path) -> tuple[Path, dict]:
+    """A `docker save`-sized stand-in (S random bytes in one tarball), cut into the image store
+    as the image role does before a fan-out."""
+    base.mkdir(parents=True)
+    tarball = base / "bench-image.tar"
+    with tarball.open("wb") as out:
+        for _ in range(int(STORE_MB)):
+            out.write(os.urandom(2**20))
+    store = base / "image-store"
+    cache.store_image(tarball, store, 2**20)
+    return store, json.loads((store / cache.MANIFESTS / "bench-image.json").read_text())
+
+
+def run_once(nodes: list[Node], store: Path, manifest: dict, push: bool, subdir: str = "hub") -> dict:
     wipe(nodes)
-    options = Options(root=ROOT, subdir="hub", pieces=PIECES, push=push)
+    options = Options(root=ROOT, subdir=subdir, pieces=PIECES, push=push)
     started = time.monotonic()
     result = Runner(nodes, store, manifest, options).run()
     seconds = time.monotonic() - started
@@ -140,6 +157,10 @@ def main() -> int:
             f"S/B = {s_over_b:.2f}s")
         say(f"lab up: {units} units, links {MBIT:g} Mbit/s")
         lab.up(cfg, "workshop", units, MBIT, say=lambda m: None)
+        # The inventory checks host keys (lab/build/known_hosts); units a clean checkout's lab
+        # never had are collected first, as an organiser does for a new fleet.
+        subprocess.run([sys.executable, "-m", "specfleet.cli", "hostkeys", "-i", str(cfg.inventory_dir)],
+                       check=True, capture_output=True, timeout=600)
         shaped = shape_controller(cfg, MBIT)
         every = nodes_from_inventory(str(cfg.inventory_dir / "hosts.yml"))
         every.sort(key=lambda n: tuple(int(x) for x in n.host.split(".")))
@@ -156,8 +177,17 @@ def main() -> int:
                 results[label] = run_once(nodes, store, manifest, push)
                 say(f"N={n}: {label} {results[label]['seconds']:.1f}s "
                     f"({results[label]['seconds'] / s_over_b:.2f} S/B)")
-            rows.append({"units": n, **{k: {**v, "s_over_b": round(v["seconds"] / s_over_b, 2)}
+            rows.append({"units": n, **{k: {**v, "s_over_b": round(v["seconds"] / s_over_b, 2),
+                                            "controller_s": round(v["bytes_from"]["controller"] / size, 2)}
                                         for k, v in results.items()}})
+        image_store, image_manifest = make_image_store(work / "image")
+        image_size = sum(e["size"] for e in image_manifest["files"].values())
+        say(f"N={units}: image fanout ({len(image_manifest['files'])} parts) ...")
+        image = run_once(every, image_store, image_manifest, False, cache.IMAGE_SUBDIR)
+        image = {**image, "bytes": image_size, "parts": len(image_manifest["files"]),
+                 "s_over_b": round(image["seconds"] / (image_size * 8 / (MBIT * 1e6)), 2),
+                 "controller_s": round(image["bytes_from"]["controller"] / image_size, 2)}
+        say(f"N={units}: image fanout {image['seconds']:.1f}s ({image['s_over_b']:.2f} S/B)")
     finally:
         unshape(shaped)
         if lab.status(cfg)["lab"] != "down":
@@ -169,15 +199,19 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
               "mbit": MBIT, "store_bytes": size, "files": FILES, "pieces": PIECES,
-              "s_over_b_seconds": round(s_over_b, 3), "one_unit_alone": alone, "rows": rows}
+              "s_over_b_seconds": round(s_over_b, 3), "one_unit_alone": alone, "rows": rows, "image": image}
     (out_dir / "fanout.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"store {size / 2**20:.1f} MiB, B = {MBIT:g} Mbit/s (controller and unit links, both ways), "
           f"S/B = {s_over_b:.2f}s; one unit alone {alone['seconds'] / s_over_b:.2f} S/B")
-    print(f"{'N':>3} {'push s':>8} {'push S/B':>9} {'fanout s':>9} {'fanout S/B':>11} {'speed-up':>9}")
+    print(f"{'N':>3} {'push s':>8} {'push S/B':>9} {'fanout s':>9} {'fanout S/B':>11} {'speed-up':>9} "
+          f"{'controller sent (S): push':>26} {'fanout':>7}")
     for row in rows:
         p, f = row["push"], row["fanout"]
         print(f"{row['units']:>3} {p['seconds']:>8.1f} {p['s_over_b']:>9.2f} {f['seconds']:>9.1f} "
-              f"{f['s_over_b']:>11.2f} {p['seconds'] / f['seconds']:>8.1f}x")
+              f"{f['s_over_b']:>11.2f} {p['seconds'] / f['seconds']:>8.1f}x {p['controller_s']:>26.2f} "
+              f"{f['controller_s']:>7.2f}")
+    print(f"image fanout N={units}: {image['s_over_b']:.2f} S/B, controller sent {image['controller_s']:.2f} S "
+          f"({image['parts']} parts, every unit {'live' if image['ok'] else 'NOT live'})")
     last = next((r for r in rows if r["units"] == 16), rows[-1])
     print(f"fanout N={last['units']}: push {last['push']['s_over_b']:.2f} S/B, "
           f"fanout {last['fanout']['s_over_b']:.2f} S/B")

@@ -29,7 +29,9 @@ from tests.conftest import (
 from tests.conftest import lab_hosts as hosts
 from tests.conftest import lab_playbook as playbook
 
-pytestmark = pytest.mark.lab
+# ~17 min here (prepare twice on 9 units, then the rollout): CI runs it, `scripts/test --slow` here;
+# the default run stays under 30 minutes.
+pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.ci]
 
 # Faults for what cannot arise by itself, each only on the speculative server so the
 # baseline (known-good) serving of the same unit stays healthy.

@@ -3,7 +3,7 @@ out of memory at start, a kept serving that no longer starts, a rejected TensorR
 port from the policy, a rollout killed while its candidate is on trial, a cache repair killed at its
 switch, a reboot, a precision the GPU cannot run, and a canary's draft-length sweep.
 
-A slow lane: the default lane's test_rollout_lab.py rolls the whole fleet out
+A slow lane: test_rollout_lab.py (CI's lane before it) rolls the whole fleet out
 once; these start from each unit's decision, and make it themselves when that module did not
 run first. Real Ansible, SSH, Docker engines, rsync and HTTP; only the Jetson identity and the
 CUDA vLLM (the emulator, labelled as such) are stood in for.

@@ -56,6 +56,14 @@ def check_invariants(waves, targets, pieces, controller_slots=1, unit_slots=1, f
 
 
 # ---- pieces ----------------------------------------------------------------------------
+def test_a_distribution_job_names_its_store_entry_units_and_label_and_carries_extra_keys():
+    job = fo.distribution_job("org/m", "/ctl/store", "models--org--m", "hub", "/unit/hf", ("u1", "u2"), repo="org/m")
+    assert job == {"repo": "org/m", "label": "org/m", "store": "/ctl/store", "name": "models--org--m",
+                   "subdir": "hub", "root": "/unit/hf", "units": ["u1", "u2"]}
+    with pytest.raises(ValueError, match="org/m: a distribution job needs at least one unit"):
+        fo.distribution_job("org/m", "/ctl/store", "models--org--m", "hub", "/unit/hf", [])
+
+
 def test_split_pieces_balances_whole_files():
     files = {f"f{i}": size for i, size in enumerate([40, 30, 20, 10, 10, 5, 5])}
     pieces = fo.split_pieces(files, 3)

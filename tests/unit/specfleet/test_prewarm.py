@@ -260,8 +260,11 @@ def test_distribution_jobs_only_for_present_stores_and_missing_entries():
              {"host": "n", "cache_keys": [], "missing": []}]
     stores = {"A": store_of("h1", "h2"), "B": store_of("h1"), "C": store_of(present=False)}
     # Every unit of the key is a target (holders serve their peers); other keys never.
-    assert prewarm.distribution_jobs(units, stores) == [{"key": "A", "entry": "h1", "units": ["a1", "a2"]}]
-    assert prewarm.distribution_jobs([{**u, "missing": []} for u in units], stores) == []
+    # The job the fan-out role's distribute tasks take: the key's store into the compile cache.
+    assert prewarm.distribution_jobs(units, stores, "/ctl/store", "/unit/cache") == [
+        {"label": "A: h1", "store": "/ctl/store/compile-cache/A", "name": "h1", "subdir": "torch_compile_cache",
+         "root": "/unit/cache", "units": ["a1", "a2"]}]
+    assert prewarm.distribution_jobs([{**u, "missing": []} for u in units], stores, "/s", "/r") == []
 
 
 def test_distribution_jobs_for_units_of_several_keys():
@@ -269,16 +272,14 @@ def test_distribution_jobs_for_units_of_several_keys():
              {"host": "u2", "cache_keys": ["P2", "B", "E"], "missing": ["E/e"]},
              {"host": "u3", "cache_keys": ["P2", "E"], "missing": ["P2/p2"]}]
     stores = {"P1": store_of("p1"), "B": store_of("b"), "E": store_of("e"), "P2": store_of("p2")}
-    assert prewarm.distribution_jobs(units, stores) == [
-        {"key": "P1", "entry": "p1", "units": ["u1"]},
-        {"key": "B", "entry": "b", "units": ["u1", "u2"]},
-        {"key": "E", "entry": "e", "units": ["u1", "u2", "u3"]},
-        {"key": "P2", "entry": "p2", "units": ["u2", "u3"]}]
+    assert [(job["label"], job["units"]) for job in prewarm.distribution_jobs(units, stores, "/s", "/r")] == [
+        ("P1: p1", ["u1"]), ("B: b", ["u1", "u2"]), ("E: e", ["u1", "u2", "u3"]), ("P2: p2", ["u2", "u3"])]
     # An entry a unit takes from an earlier key is never sent to it under the later key.
     shared = {"A": store_of("h"), "B": store_of("h")}
     jobs = prewarm.distribution_jobs([{"host": "u", "cache_keys": ["A", "B"], "missing": ["A/h"]},
-                                      {"host": "v", "cache_keys": ["B"], "missing": ["B/h"]}], shared)
-    assert jobs == [{"key": "A", "entry": "h", "units": ["u"]}, {"key": "B", "entry": "h", "units": ["v"]}]
+                                      {"host": "v", "cache_keys": ["B"], "missing": ["B/h"]}], shared, "/s", "/r")
+    assert [(job["store"], job["name"], job["units"]) for job in jobs] == [
+        ("/s/compile-cache/A", "h", ["u"]), ("/s/compile-cache/B", "h", ["v"])]
 
 
 def test_unit_result_and_its_summary(unit_facts):
