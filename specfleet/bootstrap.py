@@ -34,15 +34,3 @@ def uninstallable(packages: list[str], policy_output: str) -> list[str]:
     offered = candidates(policy_output)
     # apt-cache names an architecture-qualified request without its architecture.
     return [name for name in packages if offered.get(name.split(":", 1)[0]) is None]
-
-
-def missing(packages: list[str], dpkg_output: str) -> list[str]:
-    """The packages, in their order, dpkg does not have installed, from
-    `dpkg-query --show --showformat '${Package} ${db:Status-Status}\\n' NAME...` (which prints
-    nothing for a name it never saw, and `config-files` for a removed one)."""
-    installed = set()
-    for line in dpkg_output.splitlines():
-        name, _, status = line.strip().partition(" ")
-        if status.strip() == "installed":
-            installed.add(name)
-    return [name for name in packages if name.split(":", 1)[0] not in installed]

@@ -11,12 +11,14 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 )
 
 try:
-    from specfleet import bootstrap, cache, daemon_json, event_key, fanout, plan, render, serving, sweep
+    from specfleet import bootstrap, cache, daemon_json, event_key, fanout, plan, render, serving, sweep, unit_checks
     from specfleet.catalog import load_catalog
 except ImportError as exc:
     # Still listed and documented without the package; calling a filter says what to install.
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
-    bootstrap = cache = daemon_json = event_key = fanout = plan = render = serving = sweep = MissingSpecfleet(exc)
+    bootstrap = cache = daemon_json = event_key = fanout = plan = render = serving = sweep = unit_checks = (
+        MissingSpecfleet(exc)
+    )
     load_catalog = MissingSpecfleet(exc).load_catalog
 else:
     SPECFLEET_IMPORT_ERROR = None
@@ -47,6 +49,16 @@ def specfleet_gated_repos(repos: list[str]) -> list[str]:
     return load_catalog().gated(repos)
 
 
+def specfleet_hf_cache_unit_checks(models: list[str], checkpoint_models: list[str], store: str,
+                                   cache_dir: str) -> list[dict]:
+    """The model role's unit_state checks (see specfleet.unit_checks)."""
+    require_specfleet(SPECFLEET_IMPORT_ERROR)
+    try:
+        return unit_checks.hf_cache_checks(models, checkpoint_models, store, cache_dir)
+    except unit_checks.CheckInputError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -73,6 +85,10 @@ class FilterModule:
             "serving_files": serving.files,
             "serving_required_mib": serving.required_mib,
             "apt_uninstallable": bootstrap.uninstallable,
-            "dpkg_missing": bootstrap.missing,
             "sweep_canaries": sweep.canaries,
+            "file_sha256": unit_checks.file_sha256,
+            "tiktoken_files": unit_checks.tiktoken_files,
+            "tiktoken_unit_checks": unit_checks.tiktoken_checks,
+            "hf_cache_unit_checks": specfleet_hf_cache_unit_checks,
+            "hf_cache_lacking": unit_checks.stores_lacking,
         }

@@ -57,9 +57,7 @@ def build_manifest(root: str, name: str) -> dict:
 
 
 def manifest_id(manifest: dict) -> str:
-    listing = json.dumps(
-        {"files": manifest["files"], "symlinks": manifest["symlinks"]}, sort_keys=True
-    )
+    listing = json.dumps({"files": manifest["files"], "symlinks": manifest["symlinks"]}, sort_keys=True)
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
 
@@ -214,3 +212,32 @@ def promote(layout: StoreLayout, manifest: dict) -> list[str]:
     switch_directory(staging, fresh_path(os.path.join(layout.versions, ident)), layout.live, displaced)
     drop_stale_versions(layout)
     return []
+
+
+def inspect_store(layout: StoreLayout, manifest: dict, full: bool) -> dict:
+    """Whether the live store is the manifest's version (by size, or ``full``: by hash), and
+    what a copy of it needs: where it is staged, what to hard-link from, the bytes and room."""
+    current = layout.current_id()
+    wanted = manifest["id"]
+    live_dir = layout.version_dir(current) if current else None
+    problems = verify_tree(live_dir, manifest, full) if current == wanted else []
+    up_to_date = current == wanted and not problems
+    staging = layout.staging_dir(wanted)
+    # Hard-link from what is live, or from a staged partial copy of this very version.
+    link_dest = live_dir if live_dir and os.path.isdir(live_dir) else None
+    have = staging if os.path.isdir(staging) else link_dest
+    needed = 0 if up_to_date else bytes_to_fetch(manifest, have)
+    return {
+        "up_to_date": up_to_date,
+        "current_id": current,
+        "wanted_id": wanted,
+        "live_path": layout.live,
+        "staging_dir": staging,
+        "link_dest": link_dest,
+        "free_bytes": free_bytes(layout.root),
+        "needed_bytes": needed,
+        "staging_fits": free_bytes(staging) >= needed,
+        "total_bytes": total_bytes(manifest),
+        "stale_versions": layout.stale_versions(),
+        "problems": problems,
+    }

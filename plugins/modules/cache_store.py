@@ -109,45 +109,13 @@ problems:
   elements: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
     StoreLayout,
-    bytes_to_fetch,
     drop_stale_versions,
-    free_bytes,
+    inspect_store,
     promote,
-    total_bytes,
-    verify_tree,
 )
-
-
-def inspect(layout: StoreLayout, manifest: dict, full: bool) -> dict:
-    current = layout.current_id()
-    wanted = manifest["id"]
-    live_dir = layout.version_dir(current) if current else None
-    problems = verify_tree(live_dir, manifest, full) if current == wanted else []
-    up_to_date = current == wanted and not problems
-    staging = layout.staging_dir(wanted)
-    # Hard-link from what is live, or from a staged partial copy of this very version.
-    link_dest = live_dir if live_dir and os.path.isdir(live_dir) else None
-    have = staging if os.path.isdir(staging) else link_dest
-    needed = 0 if up_to_date else bytes_to_fetch(manifest, have)
-    return {
-        "up_to_date": up_to_date,
-        "current_id": current,
-        "wanted_id": wanted,
-        "live_path": layout.live,
-        "staging_dir": staging,
-        "link_dest": link_dest,
-        "free_bytes": free_bytes(layout.root),
-        "needed_bytes": needed,
-        "staging_fits": free_bytes(staging) >= needed,
-        "total_bytes": total_bytes(manifest),
-        "stale_versions": layout.stale_versions(),
-        "problems": problems,
-    }
 
 
 def main() -> None:
@@ -166,7 +134,7 @@ def main() -> None:
         if key not in manifest:
             module.fail_json(msg=f"cache_store: manifest has no {key!r}; write it with `specfleet cache manifest`")
     layout = StoreLayout(module.params["root"], module.params["subdir"], manifest["name"])
-    result = inspect(layout, manifest, module.params["verify"] == "full")
+    result = inspect_store(layout, manifest, module.params["verify"] == "full")
     stale = "".join(f"{layout.versions}/{name}\n" for name in result["stale_versions"])
     result["diff"] = {
         "before": f"{layout.live} -> {result['current_id']}\n{stale}",

@@ -84,47 +84,9 @@ config_written:
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specfleet.fleet.plugins.module_utils.dockerd_config import (
-    DOCKERD_COMM,
-    ProcStatError,
-    loaded,
-    parse_proc_stat,
-    started_at,
-)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def running_dockerd(pidfile: str) -> tuple[int | None, float | None]:
-    """(pid, start as epoch seconds) of the dockerd the pidfile names, or (None, None) when
-    there is no pidfile or its process is gone or is not a dockerd (a reused pid)."""
-    text = (_read(pidfile) or "").strip()
-    if not text.isdigit():
-        return None, None
-    pid = int(text)
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
-        return None, None
-    try:
-        comm, start_ticks = parse_proc_stat(stat)
-    except ProcStatError:
-        return None, None
-    if comm != DOCKERD_COMM:
-        return None, None
-    # Read uptime and the wall clock together: the difference is the process's age.
-    uptime, now = _read("/proc/uptime"), time.time()
-    if uptime is None:
-        return None, None
-    return pid, started_at(start_ticks, os.sysconf("SC_CLK_TCK"), uptime, now)
+from ansible_collections.specfleet.fleet.plugins.module_utils.dockerd_config import loaded, running_dockerd
 
 
 def main() -> None:

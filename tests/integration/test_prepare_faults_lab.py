@@ -70,7 +70,9 @@ def faulted(fleet_lab, tmp_path_factory):
         result = playbook("site.yml", "-l", f"{DISK_FULL},{GATED},{CONTROL}",
                           "-e", '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100}',
                           env={"SPECFLEET_RUNS_DIR": str(runs)})
-        run_dir = next(runs.iterdir())
+        run_dirs = list(runs.iterdir())
+        assert run_dirs, f"site.yml wrote no report (rc {result.returncode}):\n{result.stdout[-6000:]}"
+        run_dir = run_dirs[0]
         staged = ok(DISK_FULL, f"find {INCOMING} -type f | head; df -B1 --output=used {INCOMING} | tail -1 | tr -d ' '")
         after = {host: unit_state(host) for host in (DISK_FULL, GATED)}
         # A copy that fails for another reason (here the staging folder turned read-only, with

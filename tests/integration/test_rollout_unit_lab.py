@@ -277,8 +277,9 @@ def test_a_cache_repair_killed_before_its_switch_leaves_the_old_live_cache(fleet
     switches to the verified copy and removes the old one; a third run changes nothing."""
     host = "agxorin-jp6-02"
     # A model the unit's plan keeps (the hub may also hold others, left by earlier plans, which
-    # prepare leaves alone): the first one prepare compares, from a run that finds all in place.
-    settled = playbook("prepare.yml", "-l", host, "--tags", "hf_cache")
+    # prepare leaves alone): the first one prepare compares, from a run that finds all in place
+    # (every task run, not only the role's question, so that the comparison is printed).
+    settled = playbook("prepare.yml", "-l", host, "--tags", "hf_cache", "-e", "specfleet_hf_cache_ask_first=false")
     assert settled.returncode == 0, settled.stdout[-4000:]
     compared = settled.stdout.split("Compare the unit's copy of each model with its manifest", 1)[1]
     repo_id = re.search(r"\(item=([^)]+)\)", compared).group(1)

@@ -1,6 +1,6 @@
 """The bootstrap role's reading of `apt-cache policy`."""
 
-from specfleet.bootstrap import candidates, missing, uninstallable
+from specfleet.bootstrap import candidates, uninstallable
 
 # `apt-cache policy docker.io nvidia-container-toolkit rsync ghost` on a unit whose mirror has
 # docker.io, knows the toolkit only from an old index (no candidate) and has no `ghost`.
@@ -43,11 +43,3 @@ def test_architecture_qualified_request_is_read_by_its_name():
 
 def test_nothing_is_installable_from_an_empty_answer():
     assert uninstallable(["rsync"], "") == ["rsync"]
-
-
-def test_missing_is_what_dpkg_does_not_call_installed():
-    # rsync installed, the toolkit removed with its configuration kept, docker.io unknown.
-    dpkg = "rsync installed\nnvidia-container-toolkit config-files\n"
-    assert missing(["docker.io", "nvidia-container-toolkit", "rsync"], dpkg) == [
-        "docker.io", "nvidia-container-toolkit"]
-    assert missing(["rsync:arm64"], dpkg) == []

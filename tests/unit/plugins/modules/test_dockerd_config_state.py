@@ -10,6 +10,7 @@ import time
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.specfleet.fleet.plugins.module_utils import dockerd_config
 
 from tests.conftest import load_module
 
@@ -32,7 +33,7 @@ def stand_in_dockerd(tmp_path, monkeypatch):
     process = subprocess.Popen(["sleep", "60"])
     pidfile = tmp_path / "docker.pid"
     pidfile.write_text(f"{process.pid}\n")
-    monkeypatch.setattr(dockerd_config_state, "DOCKERD_COMM", "sleep")
+    monkeypatch.setattr(dockerd_config, "DOCKERD_COMM", "sleep")
     yield {"path": str(config), "pidfile": str(pidfile)}, process
     process.kill()
     process.wait()
@@ -59,7 +60,7 @@ def test_a_file_written_after_dockerd_started_is_not(capsys, stand_in_dockerd):
 
 def test_a_pid_that_is_not_a_dockerd_is_no_dockerd(capsys, stand_in_dockerd, monkeypatch):
     args, _process = stand_in_dockerd
-    monkeypatch.setattr(dockerd_config_state, "DOCKERD_COMM", "dockerd")
+    monkeypatch.setattr(dockerd_config, "DOCKERD_COMM", "dockerd")
     result = run_module(capsys, args)
     assert (result["loaded"], result["reason"], result["pid"]) == (False, "dockerd is not running", None)
 
