@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.specfleet.fleet.plugins.module_utils import jetson_identity
+from ansible_collections.specfleet.fleet.plugins.module_utils import dockerd_config, jetson_identity
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_UNITS = REPO / "tests" / "fixtures" / "units"
@@ -380,3 +380,20 @@ def fleet_lab(lab_session):
         brought_up.append(True)
     trust_lab_host_keys()
     return cfg
+
+
+@pytest.fixture
+def stand_in_dockerd(tmp_path, monkeypatch):
+    """A `sleep` taken for dockerd (by dockerd_config_state and unit_state's dockerd check), its
+    pidfile, and daemon.json written before it started (comfortably more than the clock ticks
+    the comparison can be off by). Yields ({path, pidfile}, the process)."""
+    config = tmp_path / "daemon.json"
+    config.write_text("{}\n")
+    time.sleep(0.2)
+    process = subprocess.Popen(["sleep", "60"])
+    pidfile = tmp_path / "docker.pid"
+    pidfile.write_text(f"{process.pid}\n")
+    monkeypatch.setattr(dockerd_config, "DOCKERD_COMM", "sleep")
+    yield {"path": str(config), "pidfile": str(pidfile)}, process
+    process.kill()
+    process.wait()

@@ -160,9 +160,9 @@ def check_service(check: dict, run: Runner) -> tuple[bool, str]:
 
 def _read_text(path: str) -> str | None:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return None
 
 

@@ -9,11 +9,9 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import time
 
 import pytest
-from ansible_collections.specfleet.fleet.plugins.module_utils import dockerd_config
 from ansible_collections.specfleet.fleet.plugins.module_utils import store_manifest as sm
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_state import dpkg_missing, evaluate
 
@@ -150,35 +148,26 @@ def test_group_members():
 
 
 @pytest.fixture
-def stand_in_dockerd(tmp_path, monkeypatch):
-    """A `sleep` taken for dockerd, its pidfile, and daemon.json written before it started."""
-    config = tmp_path / "daemon.json"
-    config.write_text('{"runtimes": {}}\n')
-    time.sleep(0.2)
-    process = subprocess.Popen(["sleep", "60"])
-    pidfile = tmp_path / "docker.pid"
-    pidfile.write_text(f"{process.pid}\n")
-    monkeypatch.setattr(dockerd_config, "DOCKERD_COMM", "sleep")
-    yield {"kind": "dockerd", "path": str(config), "pidfile": str(pidfile)}
-    process.kill()
-    process.wait()
+def dockerd_check(stand_in_dockerd):
+    args, _process = stand_in_dockerd
+    return {"kind": "dockerd", **args}
 
 
-def test_dockerd_holds_when_it_loaded_the_file_and_carries_the_text(stand_in_dockerd, tmp_path):
-    answer = evaluate([stand_in_dockerd], no_commands)["results"][0]
+def test_dockerd_holds_when_it_loaded_the_file_and_carries_the_text(dockerd_check, tmp_path):
+    answer = evaluate([dockerd_check], no_commands)["results"][0]
     assert answer["holds"] is True, answer
-    assert answer["detail"]["content"] == '{"runtimes": {}}\n'
+    assert answer["detail"]["content"] == "{}\n"
     time.sleep(0.05)
-    (tmp_path / "daemon.json").write_text('{"runtimes": {}, "debug": true}\n')
-    later = evaluate([stand_in_dockerd], no_commands)["results"][0]
+    (tmp_path / "daemon.json").write_text('{"debug": true}\n')
+    later = evaluate([dockerd_check], no_commands)["results"][0]
     assert later["holds"] is False
     assert later["detail"]["content"].endswith('"debug": true}\n')
 
 
-def test_dockerd_reads_the_pidfile_the_file_names(stand_in_dockerd, tmp_path):
+def test_dockerd_reads_the_pidfile_the_file_names(dockerd_check, tmp_path):
     (tmp_path / "daemon.json").write_text(json.dumps({"pidfile": str(tmp_path / "elsewhere.pid")}))
     # Written after the stand-in started, and naming a pidfile no process wrote: not loaded.
-    answer = evaluate([stand_in_dockerd], no_commands)["results"][0]
+    answer = evaluate([dockerd_check], no_commands)["results"][0]
     assert (answer["holds"], answer["detail"]["reason"]) == (False, "dockerd is not running")
 
 

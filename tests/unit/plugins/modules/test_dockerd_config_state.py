@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
@@ -21,22 +20,6 @@ def run_module(capsys, args: dict) -> dict:
     with patch_module_args(args), pytest.raises(SystemExit):
         dockerd_config_state.main()
     return json.loads(capsys.readouterr().out)
-
-
-@pytest.fixture
-def stand_in_dockerd(tmp_path, monkeypatch):
-    """A `sleep` the module takes for dockerd, its pidfile, and daemon.json written before
-    it started (comfortably more than the clock ticks the comparison can be off by)."""
-    config = tmp_path / "daemon.json"
-    config.write_text("{}\n")
-    time.sleep(0.2)
-    process = subprocess.Popen(["sleep", "60"])
-    pidfile = tmp_path / "docker.pid"
-    pidfile.write_text(f"{process.pid}\n")
-    monkeypatch.setattr(dockerd_config, "DOCKERD_COMM", "sleep")
-    yield {"path": str(config), "pidfile": str(pidfile)}, process
-    process.kill()
-    process.wait()
 
 
 def test_a_file_written_before_dockerd_started_is_loaded(capsys, stand_in_dockerd):
