@@ -104,3 +104,25 @@ def stores_lacking(results: Sequence[dict[str, Any]], models: Sequence[str]) -> 
         repo for repo, result in zip(models, stores, strict=True)
         if not (isinstance(result["detail"], dict) and result["detail"].get("up_to_date"))
     ]
+
+
+GIB = 2**30
+
+
+def image_room_check(docker_root: str, unit_dir: str, tarball: str | None, size_gib: float | None,
+                     unknown_size_gib: float, spare_gib: float) -> dict[str, Any]:
+    """The image role's room check before it fetches an image: Docker's data root takes the
+    image; a tarball (``tarball``: its path on the controller) also lands whole, as a file or
+    as fan-out parts, below ``unit_dir`` first, and stays there. On one disk the two add up.
+    A tarball's own size is the bytes (the image Docker loads from it is as large); else the
+    plan's size, else ``unknown_size_gib``."""
+    image = (size_gib if size_gib not in (None, "") else unknown_size_gib)
+    size = int(float(image) * GIB)
+    needs = [{"path": docker_root, "bytes": size}]
+    if tarball:
+        try:
+            size = Path(tarball).stat().st_size
+        except OSError:
+            pass  # the copy tasks say the tarball is missing, naming it
+        needs = [{"path": docker_root, "bytes": size}, {"path": unit_dir, "bytes": size}]
+    return {"kind": "room", "needs": needs, "spare": int(float(spare_gib) * GIB)}

@@ -87,6 +87,7 @@ class FilterModule:
             "apt_uninstallable": bootstrap.uninstallable,
             "sweep_canaries": sweep.canaries,
             "file_sha256": unit_checks.file_sha256,
+            "image_room_check": unit_checks.image_room_check,
             "tiktoken_files": unit_checks.tiktoken_files,
             "tiktoken_unit_checks": unit_checks.tiktoken_checks,
             "hf_cache_unit_checks": specfleet_hf_cache_unit_checks,

@@ -162,10 +162,15 @@ class StoreLayout:
         return stale
 
 
-def free_bytes(path: str) -> int:
+def existing_ancestor(path: str) -> str:
+    """``path``, or its nearest parent that exists (where it would be made)."""
     while not os.path.exists(path):
         path = os.path.dirname(path) or "/"
-    stats = os.statvfs(path)
+    return path
+
+
+def free_bytes(path: str) -> int:
+    stats = os.statvfs(existing_ancestor(path))
     return stats.f_bavail * stats.f_frsize
 
 

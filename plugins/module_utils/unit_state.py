@@ -29,6 +29,10 @@ Kinds (and their fields):
 - ``docker_image``: ``ref``; optional ``digest`` (``sha256:...``, among its RepoDigests)
 - ``store``: ``root``, ``subdir``, ``manifest``: the live store is the manifest's version,
   verified by size, with no stale versions left (detail: the inspection)
+- ``room``: ``needs`` (a list of ``path`` and ``bytes``); optional ``spare`` (bytes): each
+  filesystem has room for what goes on it, the needs of paths on one filesystem added up,
+  plus ``spare`` (a path that does not exist yet counts on the filesystem it would land on;
+  detail: per filesystem its paths, free and needed bytes)
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from collections.abc import Callable
 from ansible_collections.specfleet.fleet.plugins.module_utils.dockerd_config import loaded, running_dockerd
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import (
     StoreLayout,
+    existing_ancestor,
+    free_bytes,
     inspect_store,
     sha256_file,
 )
@@ -65,6 +71,7 @@ REQUIRED = {
     "group_members": ("group", "users"),
     "docker_image": ("ref",),
     "store": ("root", "manifest"),
+    "room": ("needs",),
 }
 
 
@@ -245,6 +252,22 @@ def check_store(check: dict) -> tuple[bool, dict]:
     return inspected["up_to_date"] and not inspected["stale_versions"], inspected
 
 
+def check_room(check: dict) -> tuple[bool, list[dict]]:
+    """Room on each filesystem the needs land on (one ``st_dev``: one filesystem, whose
+    needs add up: a tarball's parts and the image Docker loads from them on one disk take
+    twice the image)."""
+    spare = int(check.get("spare") or 0)
+    filesystems: dict[int, dict] = {}
+    for need in check["needs"]:
+        path = str(need["path"])
+        where = existing_ancestor(path)
+        entry = filesystems.setdefault(os.stat(where).st_dev, {"paths": [], "free": free_bytes(where), "needed": spare})
+        entry["paths"].append(path)
+        entry["needed"] += int(need["bytes"])
+    detail = list(filesystems.values())
+    return all(entry["free"] >= entry["needed"] for entry in detail), detail
+
+
 def executable_found(name: str) -> bool:
     if os.sep in name:
         return os.path.isfile(name) and os.access(name, os.X_OK)
@@ -280,6 +303,8 @@ def check_one(check: dict, run: Runner) -> tuple[bool, object]:
         return check_group_members(check)
     if kind == "docker_image":
         return check_docker_image(check, run)
+    if kind == "room":
+        return check_room(check)
     return check_store(check)
 
 
@@ -292,6 +317,8 @@ def subject(check: dict) -> str:
         return " ".join(check["names"])
     if check.get("manifest"):
         return str(check["manifest"].get("name"))
+    if check.get("needs"):
+        return " ".join(str(need.get("path")) for need in check["needs"])
     return str(check.get("kind"))
 
 

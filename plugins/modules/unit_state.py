@@ -32,6 +32,9 @@ options:
       - C(store) (C(root), C(subdir), C(manifest)) holds when the live store is the manifest's
         version, by size, with no stale version left; its detail is the inspection that
         M(specfleet.fleet.cache_store) returns.
+      - C(room) (C(needs), a list of C(path) and C(bytes); optional C(spare) bytes) holds when
+        each filesystem has room for the needs that land on it, added up, plus C(spare); its
+        detail lists per filesystem the paths, C(free) and C(needed) bytes.
     type: list
     elements: dict
     required: true

@@ -12,6 +12,7 @@ from specfleet.unit_checks import (
     CheckInputError,
     file_sha256,
     hf_cache_checks,
+    image_room_check,
     stores_lacking,
     tiktoken_checks,
     tiktoken_files,
@@ -95,3 +96,19 @@ def test_file_sha256_of_a_controller_file_or_empty_when_there_is_none(tmp_path):
     assert file_sha256(str(tmp_path / "f")) == hashlib.sha256(b"\xff\x00encoding").hexdigest()
     assert file_sha256(str(tmp_path / "none")) == ""
     assert file_sha256(str(tmp_path)) == ""
+
+
+def test_the_image_room_check_counts_a_tarball_twice(tmp_path):
+    tarball = tmp_path / "tiny.tar"
+    tarball.write_bytes(b"x" * 12345)
+    check = image_room_check("/var/lib/docker", "/var/lib/specfleet/images", str(tarball), 8, 20, 2)
+    assert check == {"kind": "room", "spare": 2 * 2**30,
+                     "needs": [{"path": "/var/lib/docker", "bytes": 12345},
+                               {"path": "/var/lib/specfleet/images", "bytes": 12345}]}
+    # A registry pull: Docker's root only, the plan's size, else the unknown-size default.
+    pull = image_room_check("/d", "/u", "", 8, 20, 2)
+    assert pull["needs"] == [{"path": "/d", "bytes": 8 * 2**30}]
+    assert image_room_check("/d", "/u", "", None, 20, 0)["needs"] == [{"path": "/d", "bytes": 20 * 2**30}]
+    # A tarball the controller lacks counts at the image's size (its copy task names it).
+    missing = image_room_check("/d", "/u", str(tmp_path / "absent.tar"), "", 20, 0)
+    assert [need["bytes"] for need in missing["needs"]] == [20 * 2**30, 20 * 2**30]

@@ -186,3 +186,33 @@ def test_a_store_holds_when_its_live_version_is_the_manifests(tmp_path):
     answer = evaluate([check], no_commands)["results"][0]
     assert (answer["holds"], answer["detail"]["up_to_date"], answer["detail"]["stale_versions"]) == (
         False, True, ["leftover"])
+
+
+def answer(*checks) -> list[dict]:
+    return evaluate(list(checks), no_commands)["results"]
+
+
+def test_room_adds_up_the_needs_of_one_filesystem(tmp_path):
+    """A tarball's parts and the image loaded from them on one disk need room for both."""
+    free = sm.free_bytes(str(tmp_path))
+    parts, docker = tmp_path / "images", tmp_path / "not" / "made" / "yet"
+    half = free // 2 + 1  # either alone fits, both together do not
+    [alone] = answer({"kind": "room", "needs": [{"path": str(parts), "bytes": half}]})
+    assert alone["holds"]
+    needs = [{"path": str(parts), "bytes": half}, {"path": str(docker), "bytes": half}]
+    [both] = answer({"kind": "room", "needs": needs, "spare": 0})
+    assert not both["holds"]
+    [filesystem] = both["detail"]
+    assert filesystem["paths"] == [str(parts), str(docker)] and filesystem["needed"] == 2 * half
+    assert abs(filesystem["free"] - free) < 64 * 2**20  # the same filesystem, read again
+    [spared] = answer({"kind": "room", "needs": [{"path": str(parts), "bytes": 1}], "spare": free + 2**30})
+    assert not spared["holds"] and spared["detail"][0]["needed"] == free + 2**30 + 1
+
+
+def test_room_counts_each_filesystem_on_its_own(tmp_path):
+    other = "/dev/shm" if os.path.isdir("/dev/shm") else "/proc"
+    needs = [{"path": str(tmp_path), "bytes": 1}, {"path": f"{other}/x", "bytes": 1}]
+    [result] = answer({"kind": "room", "needs": needs})
+    devices = {os.stat(str(tmp_path)).st_dev, os.stat(other).st_dev}
+    assert len(result["detail"]) == len(devices)
+    assert result["holds"] == all(entry["free"] >= entry["needed"] for entry in result["detail"])
