@@ -66,6 +66,10 @@ class Phase:
         only the canaries start anything)."""
         return {host for _, hosts in self.timed for host in hosts}
 
+    def control_wall(self) -> float:
+        """Lab seconds outside the timed tasks: Ansible's own work."""
+        return max(self.wall_s - self.timed_wall(), 0.0)
+
     def timed_wall(self) -> float:
         """Lab seconds spent in the timed tasks (each as long as its slowest host)."""
         return sum(max((t.seconds for t in hosts.values()), default=0.0) for _, hosts in self.timed)
@@ -201,7 +205,7 @@ def control_seconds(phase: Phase, lab_units: int, real: Real, units: int | None 
     larger of the units' side (the lab's time, once per round of forks) and the controller's
     CPU (grown with the units, spread over the real controller's cores)."""
     units = real.units if units is None else units
-    control = max(phase.wall_s - phase.timed_wall(), 0.0)
+    control = phase.control_wall()
     unit_side = control * rounds(units, real.forks) / rounds(lab_units, real.forks)
     controller_side = phase.cpu_s * units / max(lab_units, 1) / real.controller_cores
     return max(unit_side, controller_side)
@@ -227,7 +231,7 @@ def project_waves(waves: Sequence[Phase], real: Real) -> list[dict[str, Any]]:
     once per round of forks."""
     if not waves:
         return []
-    control = sum(max(p.wall_s - p.timed_wall(), 0.0) for p in waves) / len(waves)
+    control = sum(p.control_wall() for p in waves) / len(waves)
     cpu_per_unit = sum(p.cpu_s for p in waves) / max(sum(len(p.hosts) for p in waves), 1)
     slowest = max((s for p in waves for s in real_serving(p, real).values()), default=0.0)
     rows = []

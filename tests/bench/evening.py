@@ -46,9 +46,9 @@ from specfleet_lab import aptmirror, lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
 
 from specfleet import evening  # noqa: E402
+from specfleet.catalog import load_catalog  # noqa: E402
 
 FIELD = REPO / "tests" / "bench" / "data" / "evening_field.yml"
-DATA = REPO / "specfleet" / "data"
 REAL_UNITS = int(os.environ.get("SPECFLEET_BENCH_REAL_UNITS", "60"))
 GIB = 2**30
 
@@ -81,17 +81,14 @@ def package_bytes(cfg: LabConfig) -> int:
 def payload_sizes(units: list[dict], field: dict) -> dict[str, float]:
     """Bytes per unit of the models phase (target and draft) and the image phase, for the
     plan the lab served, from the catalog (and the field table for images it gives no size)."""
-    catalog = yaml.safe_load((DATA / "catalog.yml").read_text())
-    images = yaml.safe_load((DATA / "images.yml").read_text())["images"]
-    weights = {m["repo"]: m["weights_gib"] for m in catalog["models"]}
-    weights.update({h["repo"]: h["weights_gib"] for h in catalog["heads"]})
+    catalog = load_catalog()
     models, image = 0.0, 0.0
     for unit in units:
         draft = (unit.get("resolved_speculative_config") or {}).get("model")
         repos = {unit["model"], *([draft] if draft else [])}
-        models = max(models, sum(weights[r] * GIB for r in repos if r in weights))
+        models = max(models, sum((catalog.artifact_gib(r) or 0.0) * GIB for r in repos))
         ref = unit["image"].split("/", 1)[1] if re.match(r"^[\d.]+:\d+/", unit["image"]) else unit["image"]
-        size = next((i["size_gib"] * GIB for i in images if i["ref"] == ref and i.get("size_gib")), None)
+        size = next((i.size_gib * GIB for i in catalog.images if i.ref == ref and i.size_gib), None)
         if size is None:
             size = next((i["size_gb"] * 1e9 for i in field["images"] if i["match"] in ref), None)
         if size is None:
