@@ -13,7 +13,7 @@ that records the timeline. Prints the wall time and controller CPU per phase and
 Then projects the same plan onto real units (specfleet.evening): the figures in
 tests/bench/data/evening_field.yml (link, controller, start times and decode rates per class,
 each with its source), the payload sizes of the collection's catalog, the fan-out factor
-measured by tests/bench/fanout.py (lab/build/bench/fanout.json when present) and the
+measured by tests/bench/fanout.py (its last run at N=16 when there is one) and the
 bootstrap's packages as the lab's mirror holds them. Prints the projected phases for
 SPECFLEET_BENCH_REAL_UNITS (default 60) units, the total and the phase that bounds it.
 
@@ -42,6 +42,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+
+import fanout as fanout_bench  # noqa: E402
 from specfleet_lab import aptmirror, lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
 
@@ -122,14 +125,14 @@ def start_seconds(units: list[dict], field: dict) -> tuple[float, float]:
             max(field["classes"][c]["start_warm_s"] for c in classes))
 
 
-def fanout_16(field: dict) -> tuple[float, str]:
-    measured = REPO / "lab" / "build" / "bench" / "fanout.json"
-    if measured.exists():
-        rows = json.loads(measured.read_text())["rows"]
-        row = next((r for r in rows if r["units"] == 16), None)
-        if row:
-            return row["fanout"]["s_over_b"], f"{measured.relative_to(REPO)}"
-    return field["network"]["fanout_s_over_b_16"], field["network"]["fanout_source"]
+def fanout_16(field: dict) -> tuple[float, int, str]:
+    """F at 16 units and the pieces it was measured with: tests/bench/fanout.py's last run
+    when there is one, else the field table's figure."""
+    found = fanout_bench.measured(16)
+    if found:
+        return found["s_over_b"], found["pieces"], found["source"]
+    network = field["network"]
+    return network["fanout_s_over_b_16"], network["fanout_pieces"], network["fanout_source"]
 
 
 def run_evening(cfg: LabConfig, work: Path) -> tuple[list[dict], dict, int, float]:
@@ -187,13 +190,13 @@ def main() -> int:
     phases = evening.phases(events)
     report_units = report["units"] if isinstance(report["units"], list) else list(report["units"].values())
     summary = report["summary"]
-    f16, f16_source = fanout_16(field)
+    f16, f16_pieces, f16_source = fanout_16(field)
     cold, warm = start_seconds(report_units, field)
     canaries = next((len(p.timed_hosts()) for p in phases if p.name == evening.CANARY_PHASE), 0)
     real = evening.Real(
         units=REAL_UNITS, forks=ansible_forks(), controller_cores=field["controller"]["cores"],
         link_bytes_s=field["network"]["link_gbit"] * 1e9 / 8, fanout_16=f16,
-        fanout_pieces=field["network"]["fanout_pieces"], payload_bytes=payload_sizes(report_units, field),
+        fanout_pieces=f16_pieces, payload_bytes=payload_sizes(report_units, field),
         package_bytes=packages, start_cold_s=cold,
         start_warm_s=warm, bench_scale=bench_scale(report_units, field),
         serial=rollout_serial(), canaries=canaries)
