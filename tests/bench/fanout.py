@@ -30,14 +30,16 @@ the rate, so that the figure measures the distribution, not this host:
   3.4 s of link time, F 5.03); at 5.33 Mbit/s it does not.
 
 Push is N S/B by construction (the controller's one link carries N copies); it is measured
-for N <= SPECFLEET_BENCH_PUSH_MAX (16) and not run beyond (at N=60 it would take 40 minutes).
+for N <= SPECFLEET_BENCH_PUSH_MAX (16) and not run beyond (at N=60 and 5.33 Mbit/s it would
+take 2.5 hours).
 
 Then an image: a tarball of the same size, cut into the image store as specfleet_image does
 (`specfleet store image`, 1 MiB parts), fanned out to the largest N by the same path.
 Prints a table (with the bytes that left the controller, in S) and writes JSON to
 lab/build/bench/fanout-N<max N>.json (`measured` reads it back); never passes or fails on
-time. The last lines are `image fanout N=16: Z.ZZ S/B, controller sent C.CC S` and
-`fanout N=16: push X.XX S/B, fanout Y.YY S/B` (`push not run` beyond the push limit).
+time. The last lines are `image fanout N=<max N>: Z.ZZ S/B, controller sent C.CC S` and
+`fanout N=16: push X.XX S/B, fanout Y.YY S/B` (N=16 if it ran, else the largest N; `push not
+run` beyond the push limit). In a run of several sizes every N shares the largest N's B.
 Env: SPECFLEET_BENCH_SIZES=16 (e.g. 4,8,16 or 60) SPECFLEET_BENCH_MBIT (default 320/max N)
 SPECFLEET_BENCH_MB=96 SPECFLEET_BENCH_FILES=24 SPECFLEET_BENCH_PIECES=12
 SPECFLEET_BENCH_PUSH_MAX=16. Needs root (the lab) and a lab that is down (it will not take
@@ -91,16 +93,17 @@ def write_report(report: dict) -> Path:
 
 
 def measured(units: int) -> dict | None:
-    """The last run's fan-out to ``units`` (s_over_b, pieces, mbit, source), if there is one."""
+    """The last run's fan-out to ``units`` (s_over_b, pieces, mbit, source), if there is one
+    and every unit went live."""
     path = report_path(units)
     if not path.exists():
         return None
     report = json.loads(path.read_text())
     row = next((r for r in report["rows"] if r["units"] == units), None)
-    if row is None:
+    if row is None or not row["fanout"]["ok"]:
         return None
     return {"s_over_b": row["fanout"]["s_over_b"], "pieces": report["pieces"], "mbit": report["mbit"],
-            "source": str(path.relative_to(REPORTS.parents[2]))}
+            "source": f"{path.relative_to(REPORTS.parents[2])}, {report['mbit']:g} Mbit/s"}
 
 
 def say(msg: str) -> None:
