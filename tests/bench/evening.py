@@ -41,8 +41,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-
-sys.path.insert(0, str(REPO / "tests" / "bench"))
+sys.path.insert(0, str(REPO / "tests" / "bench"))  # the fan-out benchmark's report reader
 
 import fanout as fanout_bench  # noqa: E402
 from specfleet_lab import aptmirror, lab  # noqa: E402

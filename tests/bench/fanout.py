@@ -59,7 +59,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
 
 from specfleet_lab import lab, network  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
@@ -75,13 +76,12 @@ STORE_MB = float(os.environ.get("SPECFLEET_BENCH_MB", "96"))
 FILES = int(os.environ.get("SPECFLEET_BENCH_FILES", "24"))
 PIECES = int(os.environ.get("SPECFLEET_BENCH_PIECES", "12"))
 PUSH_MAX = int(os.environ.get("SPECFLEET_BENCH_PUSH_MAX", "16"))
-REPORTS = Path(__file__).resolve().parents[2] / "lab" / "build" / "bench"
 ROOT = "/var/lib/specfleet-bench"
 NAME = "models--bench--fanout"
 
 
 def report_path(units: int) -> Path:
-    return REPORTS / f"fanout-N{units}.json"
+    return REPO / "lab" / "build" / "bench" / f"fanout-N{units}.json"
 
 
 def write_report(report: dict) -> Path:
@@ -103,7 +103,7 @@ def measured(units: int) -> dict | None:
     if row is None or not row["fanout"]["ok"]:
         return None
     return {"s_over_b": row["fanout"]["s_over_b"], "pieces": report["pieces"], "mbit": report["mbit"],
-            "source": f"{path.relative_to(REPORTS.parents[2])}, {report['mbit']:g} Mbit/s"}
+            "source": f"{path.relative_to(REPO)}, {report['mbit']:g} Mbit/s"}
 
 
 def say(msg: str) -> None:
@@ -254,10 +254,11 @@ def main() -> int:
           f"{'controller sent (S): push':>26} {'fanout':>7}")
     for row in rows:
         p, f = row["push"], row["fanout"]
-        push_cells = (f"{p['seconds']:>8.1f} {p['s_over_b']:>9.2f}" if p else f"{'-':>8} {'-':>9}")
-        speed_up = f"{p['seconds'] / f['seconds']:>8.1f}x" if p else f"{'-':>9}"
-        print(f"{row['units']:>3} {push_cells} {f['seconds']:>9.1f} {f['s_over_b']:>11.2f} {speed_up} "
-              f"{(format(p['controller_s'], '.2f') if p else '-'):>26} {f['controller_s']:>7.2f}")
+        seconds, s_b, speed_up, sent = (
+            (f"{p['seconds']:.1f}", f"{p['s_over_b']:.2f}", f"{p['seconds'] / f['seconds']:.1f}x",
+             f"{p['controller_s']:.2f}") if p else ("-",) * 4)
+        print(f"{row['units']:>3} {seconds:>8} {s_b:>9} {f['seconds']:>9.1f} {f['s_over_b']:>11.2f} {speed_up:>9} "
+              f"{sent:>26} {f['controller_s']:>7.2f}")
     print(f"image fanout N={units}: {image['s_over_b']:.2f} S/B, controller sent {image['controller_s']:.2f} S "
           f"({image['parts']} parts, every unit {'live' if image['ok'] else 'NOT live'})")
     last = next((r for r in rows if r["units"] == 16), rows[-1])

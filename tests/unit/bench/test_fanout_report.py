@@ -19,7 +19,7 @@ def report(sizes: list[int], pieces: int = 12) -> dict:
 
 
 def test_a_run_is_read_back_for_the_units_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fanout_bench, "REPORTS", tmp_path / "lab" / "build" / "bench")
+    monkeypatch.setattr(fanout_bench, "REPO", tmp_path)
     assert fanout_bench.measured(16) is None  # no run yet
 
     path = fanout_bench.write_report(report([4, 8, 16]))
