@@ -40,6 +40,13 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def own_message(stderr: str) -> str:
+    """A command's own message on stderr: its last line. A library it imports may print before
+    it (a deprecation warning); what the command says is what it says last."""
+    lines = stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def require_no_lab(cfg) -> None:
     """Before a test brings up its own lab: what a killed run or a reboot left (a state file,
     nothing of it running; CI's machine may start with one) is cleared; a lab with anything

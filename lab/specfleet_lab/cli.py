@@ -34,16 +34,31 @@ def _say_factory() -> Callable[[str], None]:
     return lambda msg: print(f"{time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
 
 
+def _say_nothing(_msg: str) -> None:
+    return None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     result = lab.up(LabConfig(), args.profile, args.units, args.link_mbit, say=_say_factory(),
-                    gated_models=args.gated_models, stock=args.stock)
+                    gated_models=args.gated_models, stock=args.stock, made_by=args.made_by)
     if args.format == "json":
         print(json.dumps(result, indent=2))
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    result = lab.down(LabConfig(), say=_say_factory())
+    cfg, say = LabConfig(), _say_factory()
+    if args.made_by is not None:
+        current = lab.status(cfg)
+        refusal = lab.refusal_to_take_down(current, args.made_by)
+        if refusal:
+            print(f"specfleet lab down: {refusal}", file=sys.stderr)
+            return 1
+        if current["lab"] == "down":
+            return 0
+        say(f"taking down the lab {args.made_by} made ({len(current['units'])} units, profile {current['profile']})")
+        say = _say_nothing  # that one line says it
+    result = lab.down(cfg, say=say)
     if args.format == "json":
         print(json.dumps(result, indent=2))
     return 1 if result.get("leftovers") else 0
@@ -152,6 +167,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_up.add_argument("--stock", action="store_true",
                       help="stock units, as flashed: login nvidia with a sudo password, no Docker, Docker "
                            "SDK or container toolkit (what the `stock` profile sets)")
+    p_up.add_argument("--made-by", default="", metavar="NAME",
+                      help="record who brings the lab up (scripts/up does), for `lab down --made-by NAME`")
     p_up.add_argument("--format", choices=["text", "json"], default="text")
     p_up.set_defaults(func=cmd_up)
 
@@ -189,6 +206,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_reboot.set_defaults(func=cmd_reboot)
 
     p_down = sub.add_parser("down", help="remove everything the lab made (idempotent)")
+    p_down.add_argument("--made-by", default=None, metavar="NAME",
+                        help="only a lab NAME brought up (or what a killed run left); another lab is "
+                             "named and left up, exit 1")
     p_down.add_argument("--format", choices=["text", "json"], default="text")
     p_down.set_defaults(func=cmd_down)
 

@@ -67,6 +67,7 @@ def up(
     say: Say = _quiet,
     gated_models: bool = False,
     stock: bool = False,
+    made_by: str = "",
 ) -> dict[str, Any]:
     """Bring the lab up; return a summary with timings. Idempotent.
 
@@ -75,6 +76,7 @@ def up(
     organiser pre-downloads them with their token.
     stock: make the units stock (as flashed: login nvidia with a sudo password, no Docker,
     Docker SDK or container toolkit), as a profile with `stock: true` does.
+    made_by: who brings it up, recorded for `down_unless_made_by` (a lab already up keeps its own).
     """
     require_root()
     plan = expand(cfg, profile, units)
@@ -84,7 +86,7 @@ def up(
         return _already_up(cfg, current, profile, units, link_mbit, gated_models, stock, say)
     st = current or LabState()
     st.profile, st.units_requested, st.link_mbit = profile, units, link_mbit
-    st.gated_models, st.stock = gated_models, stock
+    st.gated_models, st.stock, st.made_by = gated_models, stock, made_by
     st.subnet, st.controller_address = cfg.subnet, cfg.controller_address
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -395,6 +397,7 @@ def status(cfg: LabConfig) -> dict[str, Any]:
         "registry_images": st.registry_images,
         "apt_mirror": st.apt_mirror.get("uri"),
         "stock": st.stock,
+        "made_by": st.made_by,
         "processes": procs,
         "link_mbit": st.link_mbit,
         "inventory": str(cfg.inventory_dir / "hosts.yml"),
@@ -421,6 +424,18 @@ def _container_states(cfg: LabConfig) -> dict[str, str]:
         name, _, state = line.partition(" ")
         states[name] = state
     return states
+
+
+def refusal_to_take_down(lab_status: dict[str, Any], made_by: str) -> str | None:
+    """Why `lab down --made-by NAME` leaves the lab that is up alone, or None to take it down (or
+    to do nothing, when it is down). A lab NAME made is NAME's to take down; so is what a killed
+    run left (is_leftover); any other lab is someone's, named with what it is."""
+    if lab_status["lab"] == "down" or is_leftover(lab_status) or lab_status.get("made_by") == made_by:
+        return None
+    maker = f"made by {lab_status['made_by']}" if lab_status.get("made_by") else "brought up by hand"
+    return (f"a lab {maker} is {lab_status['lab']} ({len(lab_status['units'])} units, profile "
+            f"{lab_status['profile']}{', stock' if lab_status.get('stock') else ''}), not one {made_by} made; "
+            "this machine has one lab: take it down with `specfleet lab down`, then run again")
 
 
 # ---- down ----------------------------------------------------------------------------

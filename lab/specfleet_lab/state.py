@@ -27,6 +27,9 @@ class LabState:
     gated_models: bool = False
     # Stock units (login nvidia, no Docker): the profile's `stock: true` or `lab up --stock`.
     stock: bool = False
+    # Who brought the lab up (`lab up --made-by`): scripts/up marks its rehearsal lab, which
+    # `lab down --made-by scripts/up` (scripts/test) may then take down; empty: by hand.
+    made_by: str = ""
     subnet: str = ""
     controller_address: str = ""
     # role -> {"pid": int, "match": str (substring of its command line), "argv": [...]}

@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Create or refresh the project's virtualenv (.venv) from pyproject.toml and lab/pyproject.toml.
-# Sourced by scripts/up and scripts/test; a second run with an unchanged
-# pyproject.toml installs nothing.
+# Create the project's virtualenv (.venv) from the lock, requirements/dev.txt (scripts/lock
+# writes it): every package pinned with its hashes, then this checkout's two packages (the
+# controller and the lab, editable, with no dependency of their own resolved). Sourced by
+# scripts/up, scripts/test and scripts/lock. A second run with the same lock and pyproject files
+# installs nothing; a changed one makes the venv anew, so it never holds a package the lock
+# dropped.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="$repo/.venv"
+lock="$repo/requirements/dev.txt"
 stamp="$venv/.specfleet-installed"
-wanted="$(cat "$repo/pyproject.toml" "$repo/lab/pyproject.toml" | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$venv/bin/python" ]]; then
+wanted="$(cat "$lock" "$repo/pyproject.toml" "$repo/lab/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]]; then
+    echo "specfleet: installing the locked Python packages (requirements/dev.txt) into a new .venv" >&2
+    rm -rf "$venv"
     python3 -m venv "$venv"
-fi
-if [[ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]]; then
-    echo "specfleet: installing Python dependencies into .venv" >&2
-    # The controller package with its development tools, and the lab (its own package, not
-    # part of the product) in one resolve, so the lab's `specfleet` is this checkout.
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$repo[dev]" -e "$repo/lab" \
-        2> >(grep -v "^WARNING: Location" >&2)
+    # This host's pip configuration may name local indexes that do not exist; pip says so on
+    # every run, about nothing that concerns the install.
+    quiet_pip() { "$venv/bin/python" -m pip "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+    quiet_pip install --quiet --disable-pip-version-check --require-hashes -r "$lock"
+    # The build backend (setuptools) is in the lock, so the checkout builds with it: no
+    # isolated build environment fetching an unpinned one. -qq: errors only, as setuptools'
+    # advice on editable installs of a flat layout is not this user's to act on.
+    "$venv/bin/python" -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation \
+        -e "$repo" -e "$repo/lab"
+    "$venv/bin/python" "$repo/scripts/lib/lockfile.py" check "$lock"
     echo "$wanted" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

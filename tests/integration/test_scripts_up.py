@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,11 @@ def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
                             capture_output=True, text=True, timeout=3600, check=False)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
     assert "rehearsal done" in result.stdout
+    # No library's Python warning on the console (a CryptographyDeprecationWarning once headed
+    # every ansible command): the lock keeps them out.
+    warned = [line for line in (result.stdout + result.stderr).splitlines() if re.search(r"\w+Warning: ", line)]
+    assert warned == [], warned
+    assert lab.status(cfg)["made_by"] == "scripts/up"  # which scripts/test may take down
     # The playbook's console (issue 20): the quiet callback's lines, from its first play's title
     # to the report `specfleet report` prints after it: at most ~300 for 9 units.
     lines = result.stdout.splitlines()

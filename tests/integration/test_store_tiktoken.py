@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from specfleet import store
-from tests.conftest import REPO
+from tests.conftest import REPO, own_message
 
 STANDIN = {
     "o200k_base.tiktoken": b"IQ== 0\nIg== 1\nIw== 2\n",
@@ -70,7 +70,7 @@ def test_content_with_another_sha256_is_refused_and_nothing_is_left(encodings_se
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     got = hashlib.sha256(STANDIN[first.filename]).hexdigest()
-    assert result.stderr.strip() == (
+    assert own_message(result.stderr) == (
         f"specfleet store tiktoken: {first.filename}: sha256 {got}, expected {first.sha256} "
         f"(from {prefix}{first.filename}); the download was discarded"
     )
@@ -127,6 +127,7 @@ def test_an_inventory_whose_hosts_disagree_is_refused_before_any_download(encodi
         "u2": {"specfleet_tiktoken_encodings": [{"name": "o200k_base", "sha256": "b" * 64}]}}}}))
     result = run(["tiktoken", "-i", str(inventory), "--dir", str(tmp_path / "enc"), "--url-prefix", prefix], tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"specfleet store tiktoken: {inventory}: specfleet_tiktoken_encodings differs "
-                                    "between hosts (u1; u2)"), result.stderr
+    assert own_message(result.stderr).startswith(
+        f"specfleet store tiktoken: {inventory}: specfleet_tiktoken_encodings differs between hosts (u1; u2)"
+    ), result.stderr
     assert asked == [] and not (tmp_path / "enc").exists()

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labtools import REPO, snapshot
+from labtools import snapshot
 from specfleet_lab import lab
 from specfleet_lab.config import LabConfig
 
 from tests.conftest import require_no_lab, trust_lab_host_keys, unavailable
 
 LAB_UNITS = int(os.environ.get("SPECFLEET_LAB_TEST_UNITS", "3"))
-ANSIBLE_VENV = Path("/tmp/specfleet-lab-ansible")
-ANSIBLE_CORE = "ansible-core==2.19.14"
 
 
 @pytest.fixture(scope="session")
@@ -52,14 +49,5 @@ def running_lab(cfg: LabConfig) -> Iterator[dict]:
 
 @pytest.fixture(scope="session")
 def ansible_bin() -> Path:
-    """An `ansible` executable: the project venv's, one on PATH, or one we install."""
-    for candidate in (REPO / ".venv/bin/ansible", ANSIBLE_VENV / "bin/ansible"):
-        if candidate.exists():
-            return candidate
-    found = shutil.which("ansible")
-    if found:
-        return Path(found)
-    subprocess.run([sys.executable, "-m", "venv", str(ANSIBLE_VENV)], check=True)
-    subprocess.run([str(ANSIBLE_VENV / "bin/pip"), "install", "-q", ANSIBLE_CORE], check=True,
-                   timeout=900)
-    return ANSIBLE_VENV / "bin/ansible"
+    """The `ansible` of the venv the tests run in: the locked one (requirements/dev.txt)."""
+    return Path(sys.executable).parent / "ansible"

@@ -323,6 +323,7 @@ QUICKSTART_REPOS = ("nvidia/Llama-3.1-8B-Instruct-FP4", "yuhuili/EAGLE3-LLaMA3.1
 def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
         cfg: LabConfig, stock_lab: dict, rolled_out: dict) -> None:
     """Every block of the README's "Your own fleet", as written, by a user without root: the
+    locked controller packages (the venv then equal to requirements/controller.txt), the
     collection installed with ansible-galaxy, the event folder's own ansible.cfg, inventory and
     vaulted sudo password, host keys into the user's known_hosts, the stores filled by
     `specfleet store`, site.yml by its FQCN. The unit was rolled out by the checkout's site.yml
@@ -360,6 +361,10 @@ def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
             whoami = quickstart.run_as(user, "id -u", home, env)
             assert whoami.stdout.strip() == str(user.pw_uid) != "0"
             run(install, clone)
+            # The venv the README makes is the lock, package for package (`pip freeze --all`).
+            frozen = quickstart.run_as(user, "python scripts/lib/lockfile.py check requirements/controller.txt",
+                                       clone, env)
+            assert frozen.returncode == 0, frozen.stderr
             listed = quickstart.run_as(user, "ansible-galaxy collection list specfleet.fleet", home, env)
             assert f"{home}/.ansible/collections/ansible_collections" in listed.stdout, listed.stdout
 
