@@ -10,9 +10,7 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from collections import defaultdict
-from collections.abc import Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from specfleet import kserve as kserve_module
 from specfleet import policy as policy_module
 from specfleet import report as report_module
 from specfleet.catalog import DataFileError, load_catalog
+from specfleet.console import quiet_library_warnings
 from specfleet.plan import plan_fleet
 
 # Entry-point group through which another installed package adds `specfleet` commands: a
@@ -38,9 +37,6 @@ from specfleet.plan import plan_fleet
 COMMAND_ENTRY_POINTS = "specfleet.commands"
 
 EXIT_BAD_INPUT = 2
-
-# Set to 1, shows the Python warnings of other packages (quiet_library_warnings).
-SHOW_LIBRARY_WARNINGS = "SPECFLEET_PYTHON_WARNINGS"
 
 
 class InputError(Exception):
@@ -490,20 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def quiet_library_warnings(environ: Mapping[str, str] = os.environ) -> None:
-    """Keep other packages' Python warnings off the console: a deprecation that ansible-core's
-    imports set off in cryptography, say, is for those packages' developers, not for an organiser
-    reading `specfleet`'s output (as ansible-core's `deprecation_warnings` setting keeps its own).
-    Shown again with SPECFLEET_PYTHON_WARNINGS=1, or when Python's own -W / PYTHONWARNINGS says
-    what to do with warnings. specfleet's own warnings always show."""
-    if sys.warnoptions or environ.get(SHOW_LIBRARY_WARNINGS) == "1":
-        return
-    # `module` is matched at the start of the name of the module a warning is raised in.
-    warnings.filterwarnings("ignore", module=r"(?!specfleet(\.|$))")
-
-
 def main(argv: list[str] | None = None) -> int:
-    quiet_library_warnings()
+    quiet_library_warnings(os.environ)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -8,6 +8,8 @@ wave of the play is reported as it ends.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,22 @@ from typing import Any
 COMMAND_FAILED = "non-zero return code"
 CAUSE_LIMIT = 300  # characters of a failure's cause on the console
 RECORD_CAUSE_LIMIT = 500  # ... in the record the summary callback writes for the report
+# Set to 1, shows the Python warnings of other packages (quiet_library_warnings).
+SHOW_LIBRARY_WARNINGS = "SPECFLEET_PYTHON_WARNINGS"
+
+
+def quiet_library_warnings(environ: Mapping[str, str], asked: bool = False) -> None:
+    """Keep other packages' Python warnings off the console: a deprecation that ansible-core's
+    imports set off in cryptography, say, is for those packages' developers, not for an organiser
+    (as ansible-core's `deprecation_warnings` setting keeps its own). Shown when ``asked`` (the
+    playbook's -v), with SPECFLEET_PYTHON_WARNINGS=1, or when Python's own -W / PYTHONWARNINGS
+    says what to do with warnings. specfleet's own warnings always show. Called by the `specfleet`
+    CLI and the specfleet_console callback as they start."""
+    if asked or sys.warnoptions or environ.get(SHOW_LIBRARY_WARNINGS) == "1":
+        return
+    # `module` is matched at the start of the name of the module a warning is raised in: anything
+    # but specfleet and the specfleet.fleet collection's plugins.
+    warnings.filterwarnings("ignore", module=r"(?!specfleet(\.|$)|ansible_collections\.specfleet\.)")
 
 
 def _failed_detail(outcome: Mapping[str, Any]) -> Mapping[str, Any]:

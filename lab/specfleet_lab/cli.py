@@ -55,8 +55,13 @@ def cmd_down(args: argparse.Namespace) -> int:
             print(f"specfleet lab down: {refusal}", file=sys.stderr)
             return 1
         if current["lab"] == "down":
+            if args.format == "json":
+                print(json.dumps({"changed": False}, indent=2))
             return 0
-        say(f"taking down the lab {args.made_by} made ({len(current['units'])} units, profile {current['profile']})")
+        what = (f"what a killed run left of a lab ({len(current['units'])} units, profile {current['profile']})"
+                if lab.is_leftover(current) else
+                f"the lab {args.made_by} made ({len(current['units'])} units, profile {current['profile']})")
+        say(f"taking down {what}")
         say = _say_nothing  # that one line says it
     result = lab.down(cfg, say=say)
     if args.format == "json":

@@ -432,7 +432,7 @@ def refusal_to_take_down(lab_status: dict[str, Any], made_by: str) -> str | None
     run left (is_leftover); any other lab is someone's, named with what it is."""
     if lab_status["lab"] == "down" or is_leftover(lab_status) or lab_status.get("made_by") == made_by:
         return None
-    maker = f"made by {lab_status['made_by']}" if lab_status.get("made_by") else "brought up by hand"
+    maker = f"made by {lab_status['made_by']}" if lab_status.get("made_by") else "with no maker recorded"
     return (f"a lab {maker} is {lab_status['lab']} ({len(lab_status['units'])} units, profile "
             f"{lab_status['profile']}{', stock' if lab_status.get('stock') else ''}), not one {made_by} made; "
             "this machine has one lab: take it down with `specfleet lab down`, then run again")

@@ -19,6 +19,8 @@ description:
     per wave (units done, failed, remaining, elapsed), then the usual PLAY RECAP.
   - With C(-v) (or more) or O(full), prints exactly what the default callback prints.
   - File diffs (C(--diff)), warnings and deprecations are shown as Ansible shows them.
+  - Python warnings that other packages raise once the run has started (not Ansible's own
+    warnings) are left out, unless C(-v) or C(SPECFLEET_PYTHON_WARNINGS=1) asks for them.
 author: specfleet contributors (@specfleet)
 extends_documentation_fragment:
   - default_callback
@@ -39,6 +41,7 @@ requirements:
   - Set as C(stdout_callback = specfleet.fleet.specfleet_console) in ansible.cfg
 """
 
+import os
 import time
 
 from ansible.playbook.block import Block
@@ -46,7 +49,7 @@ from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
-    from specfleet.console import Phase, failure_message, phase_title, progress_line
+    from specfleet.console import Phase, failure_message, phase_title, progress_line, quiet_library_warnings
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
 else:
@@ -86,6 +89,8 @@ class CallbackModule(DefaultCallback):
     def __init__(self):
         require_specfleet(SPECFLEET_IMPORT_ERROR)
         super().__init__()
+        # Before the first task: the workers Ansible forks for each task inherit the filter.
+        quiet_library_warnings(os.environ, asked=self._display.verbosity > 0)
         self._started = time.monotonic()
         self._phase = None
         self._serial = False

@@ -20,9 +20,9 @@ def test_a_lab_that_is_down_or_left_by_a_killed_run_needs_no_refusal():
     assert lab.refusal_to_take_down(status("degraded", alive=False), "scripts/up") is None
 
 
-def test_a_lab_brought_up_by_hand_is_named_and_left_up():
+def test_a_lab_with_no_maker_recorded_is_named_and_left_up():
     assert lab.refusal_to_take_down(status(), "scripts/up") == (
-        "a lab brought up by hand is up (9 units, profile mixed, stock), not one scripts/up made; "
+        "a lab with no maker recorded is up (9 units, profile mixed, stock), not one scripts/up made; "
         "this machine has one lab: take it down with `specfleet lab down`, then run again")
 
 

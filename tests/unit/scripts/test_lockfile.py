@@ -75,6 +75,12 @@ def test_this_venv_holds_exactly_the_dev_lock():
 
 
 @pytest.mark.parametrize("path", [DEV, CONTROLLER], ids=lambda p: p.name)
+def test_a_lock_names_packages_and_hashes_not_pip_settings(path):
+    options = [line for line in path.read_text().splitlines() if line.startswith("-")]
+    assert options == [], f"{path.name}: {options} (a setting of the machine that wrote it)"
+
+
+@pytest.mark.parametrize("path", [DEV, CONTROLLER], ids=lambda p: p.name)
 def test_every_locked_package_has_its_hashes(path):
     text = path.read_text()
     blocks = [block for block in text.split("\n") if lockfile._PIN.match(block)]

@@ -127,34 +127,3 @@ def test_bad_inventory_value_names_variable_and_hosts(tmp_path):
     assert result.returncode == 2
     assert "specfleet_spec_tokens.thor: must be 1..16, got 0 [host: t0, t1, t2, t3 and 2 more]" in result.stderr
 
-
-def _shown(module: str, environ: dict[str, str], warnoptions: list[str] | None = None) -> list[str]:
-    """The warnings raised in `module` that reach the console after quiet_library_warnings."""
-    import warnings
-    from unittest import mock
-
-    from specfleet import cli
-
-    with warnings.catch_warnings(record=True) as caught, mock.patch.object(sys, "warnoptions", warnoptions or []):
-        warnings.resetwarnings()
-        warnings.simplefilter("always")
-        cli.quiet_library_warnings(environ)
-        warnings.warn_explicit("DSA is deprecated", UserWarning, "x.py", 18, module=module)
-    return [str(w.message) for w in caught]
-
-
-def test_other_packages_warnings_stay_off_the_console():
-    # cryptography's DSA deprecation, as ansible-core's import of it raises it
-    assert _shown("ansible._internal._ssh._ssh_agent", {}) == []
-    assert _shown("specfleetish", {}) == []
-
-
-def test_specfleets_own_warnings_show():
-    assert _shown("specfleet.plan", {}) == ["DSA is deprecated"]
-    assert _shown("specfleet", {}) == ["DSA is deprecated"]
-
-
-def test_library_warnings_show_when_asked():
-    assert _shown("ansible.cli", {"SPECFLEET_PYTHON_WARNINGS": "1"}) == ["DSA is deprecated"]
-    # Python's own -W / PYTHONWARNINGS: the user's filters decide, ours stay out
-    assert _shown("ansible.cli", {}, warnoptions=["default"]) == ["DSA is deprecated"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
+from unittest import mock
+
 from specfleet import console
 
 
@@ -43,3 +47,37 @@ def test_a_phase_prints_each_unit_once_failures_without_their_cause_again():
     assert console.phase_title("Roll out", 2, True, 8) == "== Roll out, wave 2 (8 units)"
     assert console.progress_line("Roll out", 2, 9, 1, 60, 754) == (
         "-- Roll out: wave 2 done: 9/60 units, 1 failed, 51 remaining, 12:34 elapsed")
+
+
+def _shown(module: str, environ: dict[str, str], warnoptions: list[str] | None = None,
+           asked: bool = False) -> list[str]:
+    """The warnings raised in `module` that reach the console after quiet_library_warnings."""
+    with warnings.catch_warnings(record=True) as caught, mock.patch.object(sys, "warnoptions", warnoptions or []):
+        warnings.resetwarnings()
+        warnings.simplefilter("always")
+        console.quiet_library_warnings(environ, asked=asked)
+        warnings.warn_explicit("DSA is deprecated", UserWarning, "x.py", 18, module=module)
+    return [str(w.message) for w in caught]
+
+
+def test_other_packages_warnings_stay_off_the_console():
+    # cryptography's DSA deprecation, as ansible-core's import of it raises it
+    assert _shown("ansible._internal._ssh._ssh_agent", {}) == []
+    assert _shown("specfleetish", {}) == []
+
+
+def test_specfleets_own_warnings_show():
+    assert _shown("specfleet.plan", {}) == ["DSA is deprecated"]
+    assert _shown("specfleet", {}) == ["DSA is deprecated"]
+
+
+def test_the_collections_own_plugins_warnings_show():
+    assert _shown("ansible_collections.specfleet.fleet.plugins.action.specfleet_plan", {}) == ["DSA is deprecated"]
+    assert _shown("ansible_collections.community.docker.plugins.modules.x", {}) == []
+
+
+def test_library_warnings_show_when_asked():
+    assert _shown("ansible.cli", {"SPECFLEET_PYTHON_WARNINGS": "1"}) == ["DSA is deprecated"]
+    assert _shown("ansible.cli", {}, asked=True) == ["DSA is deprecated"]  # the playbook's -v
+    # Python's own -W / PYTHONWARNINGS: the user's filters decide, ours stay out
+    assert _shown("ansible.cli", {}, warnoptions=["default"]) == ["DSA is deprecated"]
