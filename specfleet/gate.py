@@ -19,6 +19,10 @@ Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
   measured while ``specfleet_gate_max_blocks`` allows, then the verdict is taken again. Still
   inconclusive at the budget reverts, saying so. A figure that clears its threshold in the
   wrong direction (even its best bound misses) reverts at once.
+- The bounds of a keep's checks at each look are at the confidence ``look_confidence`` gives:
+  the policy's error (1 - ``specfleet_gate_confidence``) is spent over the looks the budget
+  allows, so looking again after an inconclusive verdict does not add to the chance of a wrong
+  keep; the guards against harm stay at the policy's confidence.
 - The baseline's drift between successive baseline blocks is measured: when its whole
   interval lies beyond ``specfleet_gate_max_drift``, the verdict is inconclusive (the
   interleaving cancels a steady drift, not a step between blocks).
@@ -38,7 +42,9 @@ concurrency) is reported as unavailable, never filled in.
 
 from __future__ import annotations
 
+import functools
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -112,6 +118,89 @@ def _side_median(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], sid
     return values[len(values) // 2] if values else None
 
 
+# ---- looks: the error the policy allows, spent over the blocks the budget allows ------------------
+def looks(budget: int) -> int:
+    """How many times the gate may decide within ``budget`` blocks: after A B A, then after each
+    further pair."""
+    return max(1, 1 + (budget - 3) // 2)
+
+
+def look_confidence(confidence: float, blocks: int, budget: int, compared: int = 1) -> float:
+    """The confidence of a keep's bounds at the look ``blocks`` measured make, so that the
+    policy's ``confidence`` holds over every look the budget allows.
+
+    The policy's error (1 - confidence) is spent over the looks with Lan and DeMets' Pocock-type
+    spending function, alpha * ln(1 + (e - 1) t), t = look / looks (Lan and DeMets, "Discrete
+    sequential boundaries for clinical trials", Biometrika 70, 1983): most of it early, so a unit
+    far from every threshold is decided at its first look. Each look's boundary is the one at
+    which a keep, at a true speedup on the threshold, happens there and at no earlier look with
+    exactly that look's share of the error (``boundaries``), so the looks together keep wrongly
+    with at most the policy's error. ``compared``: the keep is the
+    best of that many candidates (a sweep's k), each judged at its share of the error."""
+    error = (1 - confidence) / compared
+    if error <= 0:
+        return 1.0
+    total = looks(budget)
+    look = min(total, max(1, 1 + (blocks - 3) // 2))
+    return statistics.NormalDist().cdf(boundaries(error, total)[look - 1])
+
+
+def _spent(error: float, fraction: float) -> float:
+    """The Pocock-type spending function: the error spent by ``fraction`` of the looks."""
+    return error * math.log(1 + (math.e - 1) * fraction)
+
+
+def _crossing(grid: Sequence[float], density: Sequence[float], step: float, edge: float, spread: float) -> float:
+    """The probability that the score, at ``grid`` with ``density`` now, is at ``edge`` or
+    above after an independent normal increment of sd ``spread``."""
+    normal = statistics.NormalDist()
+    return step * sum(weight * (1 - normal.cdf((edge - value) / spread))
+                      for value, weight in zip(grid, density, strict=True))
+
+
+@functools.lru_cache(maxsize=64)
+def boundaries(error: float, total: int) -> tuple[float, ...]:
+    """Per look, the standardised boundary of a one-sided group-sequential test spending
+    ``error`` over ``total`` looks (``_spent``), computed by numerical integration over
+    the score's distribution given it crossed at no earlier look (Jennison and Turnbull, Group
+    Sequential Methods with Applications to Clinical Trials, 2000, chapter 19). The information
+    at each look is the design's: 1 / sum of the contrast's squared weights after 3, 5, 7, ...
+    blocks (A B A, A B A B A, ...)."""
+    information = [1 / sum(w * w for w in paired.contrast_weights(
+        [paired.BASELINE if i % 2 == 0 else paired.SPECULATIVE for i in range(3 + 2 * k)])) for k in range(total)]
+    normal = statistics.NormalDist()
+    found: list[float] = []
+    # The score S = Z * sqrt(information), on a grid; `density` is that of S at the last look
+    # among the paths that crossed no boundary yet.
+    step = 0.02
+    grid: list[float] = []
+    density: list[float] = []
+    for index, info in enumerate(information):
+        increment = _spent(error, (index + 1) / total) - _spent(error, index / total)
+        if index == 0:
+            bound = normal.inv_cdf(1 - increment)
+            sd = math.sqrt(info)
+            grid = [x * step for x in range(int(-8 * sd / step), int(bound * sd / step) + 1)]
+            density = [normal.pdf(value / sd) / sd for value in grid]
+            found.append(bound)
+            continue
+        spread = math.sqrt(info - information[index - 1])
+        low, high = -2.0, 8.0
+        for _ in range(50):
+            middle = (low + high) / 2
+            crossed = _crossing(grid, density, step, middle * math.sqrt(info), spread)
+            low, high = (low, middle) if crossed < increment else (middle, high)
+        bound = (low + high) / 2
+        found.append(bound)
+        edge = bound * math.sqrt(info)
+        start = min(grid[0], -8 * math.sqrt(info))
+        targets = [start + x * step for x in range(int((edge - start) / step) + 1)]
+        density = [step * sum(weight * normal.pdf((target - value) / spread) / spread
+                              for value, weight in zip(grid, density, strict=True)) for target in targets]
+        grid = targets
+    return tuple(found)
+
+
 # ---- checks ---------------------------------------------------------------------------------------
 def _bounded(found: paired.Estimate | None, confidence: float, invert: bool) -> dict[str, Any]:
     """A ratio estimate as the gate reports it: value and one-sided bounds, as a change from 1
@@ -136,9 +225,11 @@ def _verdict(lower: float, upper: float, threshold: float) -> str:
 
 
 def _workload_checks(workload: str, primary: bool, benches: Sequence[Mapping[str, Any]], sides: Sequence[str],
-                     policy: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(checks, figures) of one gated workload; each check: {workload, check, verdict, reason}."""
-    confidence = policy["specfleet_gate_confidence"]
+                     policy: Mapping[str, Any], keep_confidence: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(checks, figures) of one gated workload; each check: {workload, check, verdict, reason}.
+    The primary workload's checks decide a keep, at ``keep_confidence`` (``look_confidence``);
+    the others guard against harm, at the policy's confidence."""
+    confidence = keep_confidence if primary else policy["specfleet_gate_confidence"]
     noise = policy["specfleet_gate_block_noise"]
     margin = policy["specfleet_gate_margin"]
     weights = paired.contrast_weights(sides)
@@ -351,13 +442,15 @@ def _output_checks(found: Mapping[str, Any], tie_gap: float) -> list[dict[str, A
 
 
 # ---- the decision ---------------------------------------------------------------------------------
-def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> dict[str, Any]:
+def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compared: int = 1) -> dict[str, Any]:
     """Keep, revert, or measure one more pair of blocks, from the blocks measured so far.
 
     ``blocks``: in measuring order, each {"side": "baseline" | "speculative", "bench": ...}.
-    Returns ``decision`` (keep | revert | measure), ``next`` (the sides to measure next when
-    measuring), ``reasons`` (sentences with numbers, the deciding ones first), ``figures`` (per
-    gated workload), ``checks``, ``drift``, ``output_check``, ``blocks`` and ``thresholds``.
+    ``compared``: how many candidates this one is the best of (a sweep's k): its keep is judged
+    at the policy's error shared among them. Returns ``decision`` (keep | revert | measure),
+    ``next`` (the sides to measure next when measuring), ``reasons`` (sentences with numbers,
+    the deciding ones first), ``figures`` (per gated workload), ``checks``, ``drift``,
+    ``keep_confidence``, ``output_check``, ``blocks`` and ``thresholds``.
     """
     defaults = gate_defaults()
     merged = {**defaults, **{k: v for k, v in (policy or {}).items() if k.startswith("specfleet_gate_")}}
@@ -383,8 +476,11 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> di
         return {**result, "decision": REVERT, "next": [],
                 "reasons": [f"revert to the baseline: {len(failing)} check(s) failed", *failing]}
 
+    keep_confidence = look_confidence(merged["specfleet_gate_confidence"], len(sides), budget, compared)
+    result["keep_confidence"] = round(keep_confidence, 4)
     for number, workload in enumerate(workloads):
-        workload_checks, workload_figures = _workload_checks(workload, number == 0, benches, sides, merged)
+        workload_checks, workload_figures = _workload_checks(workload, number == 0, benches, sides, merged,
+                                                             keep_confidence)
         result["checks"].extend(workload_checks)
         result["figures"][workload] = workload_figures
         notes.append(f"{workload}: speculative acceptance at c=1 {workload_figures['acceptance_c1_text']}")

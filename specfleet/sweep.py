@@ -95,11 +95,16 @@ def results(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> l
     blocks either side of it. ``blocks``: {side, bench, tokens (speculative blocks)}."""
     judged = []
     # One pair per k: an inconclusive k is not kept (a canary cannot measure every k again).
+    # The canary keeps the best of the k it measured, so each k's keep is judged at the policy's
+    # error shared among them (Bonferroni): choosing among several does not buy a keep that one
+    # k measured alone would not get.
+    compared = max(1, sum(1 for index, block in enumerate(blocks)
+                          if block["side"] == paired.SPECULATIVE and 0 < index < len(blocks) - 1))
     once = {**policy, "specfleet_gate_max_blocks": 3}
     for index, block in enumerate(blocks):
         if block["side"] != paired.SPECULATIVE or index == 0 or index + 1 >= len(blocks):
             continue
-        verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once)
+        verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once, compared=compared)
         primary = next(iter(verdict["figures"].values()), {})
         gain = primary.get("throughput_gain_c1") or {}
         kept = verdict["decision"] == gate.KEEP

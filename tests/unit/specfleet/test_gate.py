@@ -4,6 +4,7 @@ bench results (tests/benches.py: per request, per prompt, with the output check'
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -197,3 +198,20 @@ def test_first_divergence():
     assert gate.first_divergence(["a", "b"], ["a", "b"]) is None
     assert gate.first_divergence(["a", "b"], ["a", "c"]) == 1
     assert gate.first_divergence(["a", "b"], ["a"]) == 1
+
+
+def test_the_policys_error_is_spent_over_the_looks_the_budget_allows():
+    assert [gate.looks(budget) for budget in (3, 5, 7, 9)] == [1, 2, 3, 4]
+    assert gate.look_confidence(0.9, 3, 3) == pytest.approx(0.9)
+    assert gate.boundaries(0.1, 2) == pytest.approx((1.538, 1.477), abs=0.005)
+    # At a true speedup exactly on the threshold, the looks together keep 10% of the time: the
+    # scores of A B A and A B A B A as the design correlates them (information 1/1.5, 1/0.875).
+    generator = random.Random(5)
+    kept, trials = 0, 40000
+    for _ in range(trials):
+        first = generator.gauss(0, math.sqrt(1 / 1.5))
+        second = first + generator.gauss(0, math.sqrt(1 / 0.875 - 1 / 1.5))
+        kept += first / math.sqrt(1 / 1.5) >= 1.538 or second / math.sqrt(1 / 0.875) >= 1.477
+    assert kept / trials == pytest.approx(0.10, abs=0.006)
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1), POLICY)
+    assert "(94% bounds" in next(reason for reason in verdict["reasons"] if "throughput at c=1" in reason)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specfleet import policy as policy_module
 from specfleet import serving, sweep
-from tests.benches import ACCEPTANCE, bench
+from tests.benches import ACCEPTANCE, bench, blocks
 
 POLICY = policy_module.merge({})
 EAGLE3 = {"method": "eagle3", "model": "head", "num_speculative_tokens": 5}
@@ -123,3 +125,20 @@ def test_a_plan_carries_its_sweep_and_the_plan_summary_shows_it(unit_facts):
     assert swept["sweep"] == {"key": sweep.key(swept), "tokens": [2, 3]}
     assert "eagle3 k=3 (sweep k=2,3)" in render.plan_summary_lines([swept])[0]
     assert plan_for(facts, "meta-llama/Llama-3.1-8B-Instruct")["sweep"] is None  # the default sweeps nothing
+
+
+def test_each_k_is_judged_at_the_policys_error_shared_among_the_k_measured():
+    measured = [("baseline", bench("baseline"))]
+    for _ in range(4):
+        measured += [("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)),
+                     ("baseline", bench("baseline"))]
+    found = blocks(*measured)
+    for index, tokens in zip((1, 3, 5, 7), (2, 3, 4, 5), strict=True):
+        found[index]["tokens"] = tokens
+    judged = sweep.results(found, POLICY)
+    assert [entry["verdict"]["keep_confidence"] for entry in judged] == [pytest.approx(1 - 0.1 / 4)] * 4
+    # The guards against harm (chat) stay at the policy's confidence.
+    chat = judged[0]["verdict"]["figures"]["chat"]["throughput_gain_c1"]
+    assert any("(90% bounds" in reason and reason.startswith("chat:") for reason in judged[0]["verdict"]["reasons"])
+    assert chat["lower"] < chat["value"]
+    assert all(entry["decision"] == "keep" for entry in judged)
