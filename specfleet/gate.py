@@ -135,13 +135,13 @@ def look_confidence(confidence: float, blocks: int, budget: int, compared: int =
     far from every threshold is decided at its first look. Each look's boundary is the one at
     which a keep, at a true speedup on the threshold, happens there and at no earlier look with
     exactly that look's share of the error (``boundaries``), so the looks together keep wrongly
-    with at most the policy's error. ``compared``: the keep is the
-    best of that many candidates (a sweep's k), each judged at its share of the error."""
+    with at most the policy's error. ``compared``: the keep is the best of that many candidates
+    (a sweep's k), each judged at its share of the error."""
     error = (1 - confidence) / compared
     if error <= 0:
         return 1.0
     total = looks(budget)
-    look = min(total, max(1, 1 + (blocks - 3) // 2))
+    look = min(total, looks(blocks))  # the looks these blocks allowed: this one is the last
     return statistics.NormalDist().cdf(boundaries(error, total)[look - 1])
 
 

@@ -98,13 +98,12 @@ def results(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> l
     # The canary keeps the best of the k it measured, so each k's keep is judged at the policy's
     # error shared among them (Bonferroni): choosing among several does not buy a keep that one
     # k measured alone would not get.
-    compared = max(1, sum(1 for index, block in enumerate(blocks)
-                          if block["side"] == paired.SPECULATIVE and 0 < index < len(blocks) - 1))
+    between = [index for index, block in enumerate(blocks)
+               if block["side"] == paired.SPECULATIVE and 0 < index < len(blocks) - 1]
     once = {**policy, "specfleet_gate_max_blocks": 3}
-    for index, block in enumerate(blocks):
-        if block["side"] != paired.SPECULATIVE or index == 0 or index + 1 >= len(blocks):
-            continue
-        verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once, compared=compared)
+    for index in between:
+        block = blocks[index]
+        verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once, compared=len(between))
         primary = next(iter(verdict["figures"].values()), {})
         gain = primary.get("throughput_gain_c1") or {}
         kept = verdict["decision"] == gate.KEEP

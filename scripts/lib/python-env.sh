@@ -17,8 +17,8 @@ if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]]; 
     python3 -m venv "$venv"
     # This host's pip configuration may name local indexes that do not exist; pip says so on
     # every run, about nothing that concerns the install.
-    quiet_pip() { "$venv/bin/python" -m pip "$@" 2> >(grep -v "^WARNING: Location" >&2); }
-    quiet_pip install --quiet --disable-pip-version-check --require-hashes -r "$lock"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$lock" \
+        2> >(grep -v "^WARNING: Location" >&2)
     # The build backend (setuptools) is in the lock, so the checkout builds with it: no
     # isolated build environment fetching an unpinned one. -qq: errors only, as setuptools'
     # advice on editable installs of a flat layout is not this user's to act on.
