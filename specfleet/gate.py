@@ -6,11 +6,12 @@ same prompts, seed and settings; and the merged policy (``specfleet_gate_*``).
 
 Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
 - On the primary workload (the first of ``specfleet_gate_workloads``), keep only when the
-  one-sided lower bound (confidence ``specfleet_gate_confidence``) of the throughput speedup at
-  concurrency 1 clears ``1 + specfleet_gate_min_throughput_gain``, the upper bound of TPOT
-  (speculative over baseline) at concurrency 1 clears ``1 - specfleet_gate_min_tpot_drop``,
-  and throughput at concurrency 8 is non-inferior: its lower bound clears
-  ``1 - specfleet_gate_margin``.
+  one-sided lower bound of the throughput speedup at concurrency 1 clears
+  ``1 + specfleet_gate_min_throughput_gain``, the upper bound of TPOT (speculative over
+  baseline) at concurrency 1 clears ``1 - specfleet_gate_min_tpot_drop``, and throughput at
+  concurrency 8 is non-inferior: its lower bound clears ``1 - specfleet_gate_margin``. Each
+  figure is the prompt set's: total time over total tokens (a ratio of sums), as a stopwatch
+  on the whole set measures it.
 - Every other gated workload shows no regression beyond the margin: its throughput at
   concurrency 1 reverts when even its upper bound is below ``1 - margin`` (a guard against
   harm, not a second proof: a break-even chat workload must not revert a unit). Its loss at
@@ -19,13 +20,22 @@ Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
   measured while ``specfleet_gate_max_blocks`` allows, then the verdict is taken again. Still
   inconclusive at the budget reverts, saying so. A figure that clears its threshold in the
   wrong direction (even its best bound misses) reverts at once.
-- The bounds of a keep's checks at each look are at the confidence ``look_confidence`` gives:
-  the policy's error (1 - ``specfleet_gate_confidence``) is spent over the looks the budget
-  allows, so looking again after an inconclusive verdict does not add to the chance of a wrong
-  keep; the guards against harm stay at the policy's confidence.
-- The baseline's drift between successive baseline blocks is measured: when its whole
-  interval lies beyond ``specfleet_gate_max_drift``, the verdict is inconclusive (the
-  interleaving cancels a steady drift, not a step between blocks).
+- The bounds of each look are at the confidence ``look_confidence`` gives: the policy's error
+  (1 - ``specfleet_gate_confidence``) is spent over the looks the budget allows, so looking
+  again after an inconclusive verdict does not add to the chance of a wrong keep. The guards
+  against harm take the same bounds: checked at every look, a guard that fires wrongly reverts a
+  good unit, and its error too would grow with each look at a fixed confidence.
+- The unit's drift while it was measured: between successive baseline blocks, and inside a
+  block (at each eighth of the sending order, the prompts after it against those before it,
+  between two blocks of one side). Beyond ``specfleet_gate_max_drift`` and surely not zero, the
+  unit moved, which the interleaving does not cancel (it cancels a steady drift, not a step):
+  when the verdict stands with every bound widened by the most the move can have biased the
+  comparison (``drift``'s ``allowance``), the move could not have decided it and the verdict is
+  taken (a unit far from every threshold); else the blocks after the move are judged alone once
+  they hold baseline, speculative, baseline (``judged_from``), and until then the verdict is
+  inconclusive. On three blocks the bounds make room for the scan inside the two baseline
+  blocks even when it is not surely beyond the noise: a step in the second can hide in their
+  difference behind a cold start of the first, and the scan is the only other view of it.
 - The output check compares the tokens each side generated for the same request: a first
   divergence where the baseline's two best candidates were within
   ``specfleet_gate_tie_logprob_gap`` is a numerics tie (reported); one where the baseline was
@@ -33,9 +43,9 @@ Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
   differently twice.
 - Either side's benchmark not ``ok`` reverts, with its failure.
 
-Throughput at a concurrency is compared through each request's time per output token
-(E2E / tokens): with the same number of requests in flight on both sides, the ratio of
-throughputs is the inverse ratio of that time (Little's law), and it pairs by prompt.
+Throughput at a concurrency is compared through the set's time per output token (the sum of
+the requests' E2E over the sum of their tokens): with the same number of requests in flight on
+both sides, the ratio of throughputs is the inverse ratio of that time (Little's law).
 Anything not measured (acceptance on a server without spec-decode counters, a missing
 concurrency) is reported as unavailable, never filled in.
 """
@@ -81,40 +91,56 @@ def _num(value: float | None) -> str:
 
 
 # ---- per-prompt figures of a block ------------------------------------------------------------
-def _geometric_mean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(value) for value in values) / len(values))
-
-
-def prompt_figures(bench: Mapping[str, Any], workload: str, level: str, figure: str) -> dict[str, float]:
-    """prompt id -> the request figure (``time_per_token`` ms, or ``tpot`` ms) of one block,
-    over its clean requests (a prompt sent more than once: their geometric mean)."""
-    collected: dict[str, list[float]] = {}
+def prompt_figures(bench: Mapping[str, Any], workload: str, level: str, figure: str) -> dict[str, tuple[float, float]]:
+    """prompt id -> (time ms, tokens) of one block over its clean requests, in sending order (a
+    prompt sent more than once: summed): the whole request's time and its tokens for throughput
+    (``time_per_token``), its decode time and decoded tokens for ``tpot``. Ratios of these
+    sums are the block's figures (specfleet.paired)."""
+    collected: dict[str, tuple[float, float]] = {}
     for run in (cell(bench, workload, level) or {}).get("runs") or []:
         for request in run.get("requests") or []:
             if request.get("failed") or request.get("bursty") or not request.get("prompt"):
                 continue
+            tokens = request.get("tokens")
             if figure == "tpot":
-                value = request.get("tpot_ms")
+                tpot = request.get("tpot_ms")
+                found = (tpot * (tokens - 1), tokens - 1) if tpot and tokens and tokens > 1 else None
             else:
-                tokens, e2e = request.get("tokens"), request.get("e2e_ms")
-                value = e2e / tokens if tokens and e2e else None
-            if value and value > 0:
-                collected.setdefault(request["prompt"], []).append(float(value))
-    return {prompt: _geometric_mean(values) for prompt, values in collected.items()}
+                e2e = request.get("e2e_ms")
+                found = (e2e, tokens) if tokens and e2e else None
+            if found and found[0] > 0:
+                time, count = collected.get(request["prompt"], (0.0, 0.0))
+                collected[request["prompt"]] = (time + float(found[0]), count + float(found[1]))
+    return collected
 
 
-def _estimate(benches: Sequence[Mapping[str, Any]], weights: Sequence[float] | None, workload: str, level: str,
-              figure: str, block_noise: float) -> paired.Estimate | None:
-    if weights is None:
-        return None
-    blocks = [prompt_figures(bench, workload, level, figure) for bench in benches]
-    return paired.estimate(blocks, weights, block_noise)
+def _blocks(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: str, level: str, figure: str,
+            either_side: bool = False) -> list[paired.Block]:
+    """The blocks' figures, their stalls cleaned (specfleet.paired.cleaned)."""
+    return paired.cleaned([prompt_figures(bench, workload, level, figure) for bench in benches], sides, either_side)
+
+
+def _estimate(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], weights: Sequence[float],
+              workload: str, level: str, figure: str, block_noise: float,
+              noise: Mapping[str, float]) -> paired.Estimate | None:
+    return paired.estimate(_blocks(benches, sides, workload, level, figure), sides, weights, block_noise, noise)
+
+
+def request_noise(benches: Sequence[Mapping[str, Any]], sides: Sequence[str],
+                  workloads: Sequence[str], either_side: bool = False) -> dict[str, dict[str, float]]:
+    """Per concurrency, per side, the unit's relative request noise, pooled over the gated
+    workloads (specfleet.paired.noise_by_side): requests batched at c=8 vary otherwise than one
+    at a time. ``either_side``: with each side's stalls cleaned even while the other's cannot
+    be (for the drift checks, which compare a side with itself)."""
+    return {level: paired.noise_by_side([_blocks(benches, sides, workload, level, "time_per_token", either_side)
+                                         for workload in workloads], sides)
+            for level in (SINGLE, LOADED)}
 
 
 def _side_median(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], side: str, workload: str) -> float | None:
-    """TPOT p50 (ms) over the side's blocks at concurrency 1: the median of its requests."""
-    values = sorted(value for bench, which in zip(benches, sides, strict=True) if which == side
-                    for value in prompt_figures(bench, workload, SINGLE, "tpot").values())
+    """TPOT p50 (ms) over the side's blocks at concurrency 1: the median of its prompts' TPOT."""
+    values = sorted(time / count for bench, which in zip(benches, sides, strict=True) if which == side
+                    for time, count in prompt_figures(bench, workload, SINGLE, "tpot").values())
     return values[len(values) // 2] if values else None
 
 
@@ -125,8 +151,8 @@ def looks(budget: int) -> int:
     return max(1, 1 + (budget - 3) // 2)
 
 
-def look_confidence(confidence: float, blocks: int, budget: int, compared: int = 1) -> float:
-    """The confidence of a keep's bounds at the look ``blocks`` measured make, so that the
+def look_confidence(confidence: float, blocks: int, budget: int, compared: int = 1, alone: bool = False) -> float:
+    """The confidence of the bounds at the look ``blocks`` measured make, so that the
     policy's ``confidence`` holds over every look the budget allows.
 
     The policy's error (1 - confidence) is spent over the looks with Lan and DeMets' Pocock-type
@@ -135,13 +161,18 @@ def look_confidence(confidence: float, blocks: int, budget: int, compared: int =
     far from every threshold is decided at its first look. Each look's boundary is the one at
     which a keep, at a true speedup on the threshold, happens there and at no earlier look with
     exactly that look's share of the error (``boundaries``), so the looks together keep wrongly
-    with at most the policy's error. ``compared``: the keep is the best of that many candidates
-    (a sweep's k), each judged at its share of the error."""
+    with at most the policy's error. The guards against harm take the same bounds (a guard that
+    fires wrongly at some look reverts a good unit). ``alone``: this look judges blocks that do not contain the
+    earlier looks' (some were left out, ``judged_from``), so it takes its share of the error
+    alone, which the looks' sum bounds whatever their correlation. ``compared``: the keep is the
+    best of that many candidates (a sweep's k), each judged at its share of the error."""
     error = (1 - confidence) / compared
     if error <= 0:
         return 1.0
     total = looks(budget)
     look = min(total, looks(blocks))  # the looks these blocks allowed: this one is the last
+    if alone:
+        return 1 - (_spent(error, look / total) - _spent(error, (look - 1) / total))
     return statistics.NormalDist().cdf(boundaries(error, total)[look - 1])
 
 
@@ -166,6 +197,7 @@ def boundaries(error: float, total: int) -> tuple[float, ...]:
     Sequential Methods with Applications to Clinical Trials, 2000, chapter 19). The information
     at each look is the design's: 1 / sum of the contrast's squared weights after 3, 5, 7, ...
     blocks (A B A, A B A B A, ...)."""
+
     information = [1 / sum(w * w for w in paired.contrast_weights(
         [paired.BASELINE if i % 2 == 0 else paired.SPECULATIVE for i in range(3 + 2 * k)])) for k in range(total)]
     normal = statistics.NormalDist()
@@ -202,12 +234,15 @@ def boundaries(error: float, total: int) -> tuple[float, ...]:
 
 
 # ---- checks ---------------------------------------------------------------------------------------
-def _bounded(found: paired.Estimate | None, confidence: float, invert: bool) -> dict[str, Any]:
+def _bounded(found: paired.Estimate | None, confidence: float, invert: bool, allowance: float = 0.0) -> dict[str, Any]:
     """A ratio estimate as the gate reports it: value and one-sided bounds, as a change from 1
-    (+0.35 = +35 %). ``invert`` turns a time ratio into a speed ratio."""
+    (+0.35 = +35 %). ``invert`` turns a time ratio into a speed ratio. ``allowance``: a bias the
+    bounds make room for, on the log scale (a move of the unit, ``decide``)."""
     if found is None:
         return {"value": None, "lower": None, "upper": None, "prompts": 0}
-    value, lower, upper = found.ratio, found.lower(confidence), found.upper(confidence)
+    value = found.ratio
+    lower = found.lower(confidence) * math.exp(-allowance)
+    upper = found.upper(confidence) * math.exp(allowance)
     if invert:
         value, lower, upper = 1 / value, 1 / upper, 1 / lower
     return {"value": round(value - 1, 4), "lower": round(lower - 1, 4), "upper": round(upper - 1, 4),
@@ -225,23 +260,31 @@ def _verdict(lower: float, upper: float, threshold: float) -> str:
 
 
 def _workload_checks(workload: str, primary: bool, benches: Sequence[Mapping[str, Any]], sides: Sequence[str],
-                     policy: Mapping[str, Any], keep_confidence: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(checks, figures) of one gated workload; each check: {workload, check, verdict, reason}.
-    The primary workload's checks decide a keep, at ``keep_confidence`` (``look_confidence``);
-    the others guard against harm, at the policy's confidence."""
-    confidence = keep_confidence if primary else policy["specfleet_gate_confidence"]
+                     policy: Mapping[str, Any], request: Mapping[str, Mapping[str, float]], confidence: float,
+                     allowance: float = 0.0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(checks, figures) of one gated workload, from the blocks judged; each check: {workload,
+    check, verdict, reason}; ``request``: the unit's relative request noise per concurrency and
+    side (``request_noise``). The primary workload's checks decide a keep, the others guard
+    against harm; both at ``confidence`` (the look's, ``look_confidence``)."""
     noise = policy["specfleet_gate_block_noise"]
     margin = policy["specfleet_gate_margin"]
     weights = paired.contrast_weights(sides)
-    level_pct = f"{confidence:.0%} bounds"
+    level_pct = f"{confidence * 100:.3g}% bounds"
     checks: list[dict[str, Any]] = []
 
     def check(name: str, verdict: str, reason: str) -> None:
         checks.append({"workload": workload, "check": name, "verdict": verdict, "reason": f"{workload}: {reason}"})
 
-    gain = _bounded(_estimate(benches, weights, workload, SINGLE, "time_per_token", noise), confidence, True)
-    tpot = _bounded(_estimate(benches, weights, workload, SINGLE, "tpot", noise), confidence, False)
-    load = _bounded(_estimate(benches, weights, workload, LOADED, "time_per_token", noise), confidence, True)
+    def bounded(level: str, figure: str, invert: bool) -> dict[str, Any]:
+        per_side = request[level]
+        if not primary:  # a guard: a stall in a side measured once is no loss
+            per_side = paired.with_spread(_blocks(benches, sides, workload, level, "time_per_token"), sides, per_side)
+        found = _estimate(benches, sides, weights, workload, level, figure, noise, per_side)
+        return _bounded(found, confidence, invert, allowance)
+
+    gain = bounded(SINGLE, "time_per_token", True)
+    tpot = bounded(SINGLE, "tpot", False)
+    load = bounded(LOADED, "time_per_token", True)
     acceptance = [cell_acceptance(cell(bench, workload, SINGLE)) for bench, side in zip(benches, sides, strict=True)
                   if side == paired.SPECULATIVE]
     first_acceptance = acceptance[0] if acceptance else None
@@ -339,24 +382,124 @@ def _acceptance_text(acceptance: Mapping[str, Any] | None) -> str:
 
 
 def drift(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: str,
-          policy: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The baseline's largest change between two successive baseline blocks (time per token at
-    c=1; +0.04 = 4 % slower), with its two-sided interval; ``beyond_noise`` when the whole
-    interval lies beyond ``specfleet_gate_max_drift`` (the change is surely that large). The
-    interleaving cancels a steady drift; one this large is likely not steady (a step: clocks,
-    heat, a neighbour), which it would not cancel."""
+          policy: Mapping[str, Any], request: Mapping[str, Mapping[str, float]]) -> dict[str, Any] | None:
+    """How far the unit moved while it was measured (time per token at c=1; +0.04 = 4 % slower)
+    in a way the interleaving does not cancel, the largest of: the baseline between its blocks
+    (two: the change; three or more: each against its neighbours' mean, so a steady drift
+    cancels and a step or a wander shows; specfleet.paired.drift_weights), and a step inside a block
+    (between two blocks of one side, at each eighth of the sending order, the prompts after it
+    against those before it; the prompts go out in the same order every block:
+    specfleet.paired.step_within; a step between baseline blocks is reported as the step, not
+    as the half of it a mean of neighbours reads). Each with its two-sided interval at the
+    policy's confidence, the error shared half to the contrasts between blocks and half to the
+    points of the scans, against the block noise of a unit that does not move. ``beyond_noise``
+    when any is beyond ``specfleet_gate_max_drift`` and surely not zero (then the one that moved
+    a block's level most is reported): the interleaving cancels a steady drift, not a step
+    (clocks, heat, a neighbour, a cold start). ``allowance``: the most that move can have biased the
+    comparison (log scale), the level it moved (``_moved_level``) times the most weight a block of
+    its side, or every block from some point on, has in the comparison
+    (specfleet.paired.exposure). With every stall cleaned, on either side
+    (specfleet.paired.cleaned), and ``request`` measured so (``request_noise(...,
+    either_side=True)``): a stall is no move, and its noise must not hide one."""
     noise = policy["specfleet_gate_block_noise"]
-    found = [estimate for weights in paired.drift_weights(sides)
-             if (estimate := _estimate(benches, weights, workload, SINGLE, "time_per_token", noise)) is not None]
+    blocks = _blocks(benches, sides, workload, SINGLE, "time_per_token", either_side=True)
+    # where, the contrast, and how far one of the side's block's level moved for it to read so.
+    found: list[tuple[str, str, paired.Estimate, float]] = []
+    looked = 0  # the points of each scan inside blocks, beyond the one reported
+    prompts = paired.common_prompts(blocks)
+    for weights in paired.drift_weights(sides):
+        between = paired.estimate(blocks, sides, weights, noise, request[SINGLE], steady=True)
+        if between is not None:
+            # A step between two of three baseline blocks reads as half of it against their
+            # mean: the step is what is reported, and held to the limit (a one-block blip of the
+            # middle one reads as twice itself so: an upper estimate).
+            scale = max(abs(sum(weights[index:])) for index in range(len(weights)))
+            step = paired.Estimate(between.log_ratio / scale, between.se / scale, between.prompts)
+            found.append(("between baseline blocks", paired.BASELINE, step, abs(step.log_ratio)))
+    if len(prompts) >= 4:
+        for side in paired.SIDES:
+            indexes = [index for index, which in enumerate(sides) if which == side]
+            for earlier, later in zip(indexes, indexes[1:], strict=False):
+                weights = [1.0 if i == later else -1.0 if i == earlier else 0.0 for i in range(len(sides))]
+                levels = paired.estimate(blocks, sides, weights, noise, request[SINGLE], steady=True)
+                splits = paired.step_within(blocks[earlier], blocks[later], prompts, request[SINGLE][side])
+                looked += len(splits) - 1
+                # The point where the step shows most surely is where it was.
+                step, *shares = max(splits, key=lambda split: abs(split[0].log_ratio) / max(split[0].se, 1e-12))
+                found.append((f"inside a {side} block", side, step, _moved_level(step, *shares, levels)))
     if not found:
         return None
-    largest = max(found, key=lambda estimate: abs(estimate.log_ratio))
-    two_sided = 1 - (1 - policy["specfleet_gate_confidence"]) / 2
-    lower, upper = largest.lower(two_sided), largest.upper(two_sided)
+    # Two-sided, the policy's error shared half and half between the two kinds of contrast and
+    # within each among those looked at (Bonferroni, every point of every scan): the largest of
+    # several is not taken for a step by chance, and the many points of the scans do not blunt
+    # the few contrasts between blocks.
+    error = 1 - policy["specfleet_gate_confidence"]
+    between_count = sum(1 for item in found if item[0] == "between baseline blocks")
+    counts = {True: between_count, False: len(found) - between_count + looked}
+
+    def confidence(item: tuple[str, str, paired.Estimate, float]) -> float:
+        return 1 - error / (2 * 2 * counts[item[0] == "between baseline blocks"])
+
     limit = policy["specfleet_gate_max_drift"]
-    beyond = lower > 1 + limit or upper < 1 - limit
+
+    def beyond(item: tuple[str, str, paired.Estimate, float]) -> bool:
+        estimate, two_sided = item[2], confidence(item)
+        surely_moved = estimate.lower(two_sided) > 1 or estimate.upper(two_sided) < 1
+        return abs(estimate.ratio - 1) > limit and surely_moved
+
+    moved = [item for item in found if beyond(item)]
+    reported = max(moved or found, key=lambda item: item[3])
+    where, side, largest, level = reported
+    lower, upper = largest.lower(confidence(reported)), largest.upper(confidence(reported))
     return {"value": round(largest.ratio - 1, 4), "lower": round(lower - 1, 4), "upper": round(upper - 1, 4),
-            "beyond_noise": beyond}
+            "where": where, "beyond_noise": bool(moved),
+            # The most such a move can have biased the comparison, on the log scale: the level it
+            # moved, times the most weight one block, or every block from one on, has in it.
+            "allowance": round(level * paired.exposure(paired.contrast_weights(sides), sides, side), 4)}
+
+
+def _moved_level(step: paired.Estimate, earlier_before: float, later_before: float,
+                 levels: paired.Estimate | None) -> float:
+    """How far the blocks' levels moved (log scale) for a step ``step`` found inside one of two
+    blocks of a side; ``*_before``: the share of each block's time before the point. Either the
+    earlier block's part before it was off (a cold start: its level moved by that part's share,
+    measured in the block it did not touch, of the step) or the later block's part after it. What
+    the two blocks' level change (``levels``, later against earlier) leaves unexplained by the
+    reading moved a level too (a cold start in the first block can hide a step in the next one);
+    of the two readings, the one that needs the least movement in all."""
+    factor = math.exp(step.log_ratio) - 1
+    cold = math.log1p(later_before * factor)  # the earlier block's level, read against the later
+    stepped = math.log1p((1 - earlier_before) * factor)  # the later block's level
+    readings = ((-cold, abs(cold)), (stepped, abs(stepped)))
+    change = levels.log_ratio if levels is not None else None
+    return min(moved + (abs(change - expected) if change is not None else 0.0) for expected, moved in readings)
+
+
+def judged_from(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workloads: Sequence[str],
+                policy: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    """(the first block the verdict judges, the drift over the blocks judged). All of them while
+    the unit did not move beyond ``specfleet_gate_max_drift``; when it did, the blocks after the
+    move, from a baseline block on, if they alone hold a speculative block between two baseline
+    blocks and show no move (a cold first block, a clock that stepped down once: what came
+    before is left behind, and the look takes its own share of the error alone,
+    ``look_confidence``). Else all, with the drift that makes the verdict inconclusive."""
+    shifted = drift(benches, sides, workloads[0], policy, request_noise(benches, sides, workloads, either_side=True))
+    if shifted is None or not shifted["beyond_noise"]:
+        return 0, shifted
+    for start in range(1, len(sides) - 2):
+        part = sides[start:]
+        # From a baseline block: a speculative block first would be compared with one
+        # neighbour only, which a steady drift, or a step right after it, moves.
+        if part[0] != paired.BASELINE or not any(
+                part[i] == paired.SPECULATIVE and paired.BASELINE == part[i - 1] == part[i + 1]
+                for i in range(1, len(part) - 1)):
+            continue
+        later = drift(benches[start:], part, workloads[0], policy,
+                      request_noise(benches[start:], part, workloads, either_side=True))
+        if later is not None and not later["beyond_noise"]:
+            left_behind = f"drift {shifted['where']} {_pct(shifted['value'])}"
+            return start, {**later, "left_behind": left_behind}
+    return 0, shifted
 
 
 # ---- the output check -------------------------------------------------------------------------------
@@ -450,7 +593,8 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
     at the policy's error shared among them. Returns ``decision`` (keep | revert | measure),
     ``next`` (the sides to measure next when measuring), ``reasons`` (sentences with numbers,
     the deciding ones first), ``figures`` (per gated workload), ``checks``, ``drift``,
-    ``keep_confidence``, ``output_check``, ``blocks`` and ``thresholds``.
+    ``left_out`` (blocks before a move, not judged), ``keep_confidence``, ``output_check``,
+    ``blocks`` and ``thresholds``.
     """
     defaults = gate_defaults()
     merged = {**defaults, **{k: v for k, v in (policy or {}).items() if k.startswith("specfleet_gate_")}}
@@ -462,38 +606,65 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
     opened: list[str] = []
     passing: list[str] = []
     notes: list[str] = []
-    result: dict[str, Any] = {"figures": {}, "checks": [], "drift": None, "output_check": None, "blocks": sides,
-                              "gate_workloads": workloads, "thresholds": {k: merged[k] for k in defaults}}
+    result: dict[str, Any] = {"figures": {}, "checks": [], "drift": None, "left_out": 0, "keep_confidence": None,
+                              "output_check": None, "blocks": sides, "gate_workloads": workloads,
+                              "thresholds": {k: merged[k] for k in defaults}}
 
     for side, bench in zip(sides, benches, strict=True):
         if not bench.get("ok", False):
             failure = bench.get("failure") or {}
             failing.append(f"{side} benchmark failed ({failure.get('class', 'unknown')}): "
                            f"{failure.get('message', 'no reason given')}")
-    if paired.SPECULATIVE not in sides or paired.BASELINE not in sides:
-        failing.append(f"blocks {'/'.join(sides) or 'none'}: a comparison needs a baseline and a speculative block")
+    if paired.SPECULATIVE not in sides or paired.BASELINE not in sides or sides.count(paired.BASELINE) < 2:
+        failing.append(f"blocks {'/'.join(sides) or 'none'}: a comparison needs a speculative block between two "
+                       "baseline blocks (baseline, speculative, baseline)")
     if failing:
         return {**result, "decision": REVERT, "next": [],
                 "reasons": [f"revert to the baseline: {len(failing)} check(s) failed", *failing]}
 
-    keep_confidence = look_confidence(merged["specfleet_gate_confidence"], len(sides), budget, compared)
+    start, shifted = judged_from(benches, sides, workloads, merged)
+    result["drift"], result["left_out"] = shifted, start
+    judged, judged_sides = benches[start:], sides[start:]
+    request = request_noise(judged, judged_sides, workloads)
+    keep_confidence = look_confidence(merged["specfleet_gate_confidence"], len(sides), budget, compared,
+                                      alone=start > 0)
     result["keep_confidence"] = round(keep_confidence, 4)
-    for number, workload in enumerate(workloads):
-        workload_checks, workload_figures = _workload_checks(workload, number == 0, benches, sides, merged,
-                                                             keep_confidence)
-        result["checks"].extend(workload_checks)
-        result["figures"][workload] = workload_figures
-        notes.append(f"{workload}: speculative acceptance at c=1 {workload_figures['acceptance_c1_text']}")
-    shifted = drift(benches, sides, workloads[0], merged)
-    result["drift"] = shifted
+
+    def checks_with(allowance: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        figures: dict[str, Any] = {}
+        for number, workload in enumerate(workloads):
+            found_checks, figures[workload] = _workload_checks(workload, number == 0, judged, judged_sides, merged,
+                                                               request, keep_confidence, allowance)
+            found.extend(found_checks)
+        return found, figures
+
+    # A move the interleaving does not cancel biases the comparison by at most the drift's
+    # allowance: with one, every bound makes room for it, and a verdict that stands so (a unit
+    # far from every threshold) cannot have been decided by the move.
+    moved = shifted is not None and shifted["beyond_noise"]
+    # On three blocks, a step in the second baseline block can hide in their difference behind
+    # a cold start of the first; only the scan inside them shows it, surely beyond the noise or not.
+    hidden = shifted is not None and len(judged_sides) == 3 and shifted["where"].startswith("inside")
+    workload_checks, result["figures"] = checks_with(shifted["allowance"] if moved or hidden else 0.0)
+    moved = moved and any(item["verdict"] == OPEN for item in workload_checks)
+    result["checks"].extend(workload_checks)
+    for workload in workloads:
+        notes.append(f"{workload}: speculative acceptance at c=1 {result['figures'][workload]['acceptance_c1_text']}")
+    if start:
+        notes.append(f"the first {start} block(s) left out: the unit moved there ({result['drift']['left_behind']}); "
+                     f"blocks {start + 1} to {len(sides)} compared")
     if shifted is not None:
-        text = (f"baseline drift between successive baseline blocks {_pct(shifted['value'])} "
+        text = (f"drift {shifted['where']} {_pct(shifted['value'])} "
                 f"({_pct(shifted['lower'])} .. {_pct(shifted['upper'])})")
-        result["checks"].append({"workload": workloads[0], "check": "drift",
-                                 "verdict": OPEN if shifted["beyond_noise"] else PASS,
-                                 "reason": f"{workloads[0]}: {text}" + (
-                                     ": beyond the noise, the comparison is not trusted" if shifted["beyond_noise"]
-                                     else ": within the noise")})
+        if moved:
+            verdict, said = OPEN, ": beyond the noise, the comparison is not trusted"
+        elif shifted["beyond_noise"]:
+            verdict, said = NOTE, ": beyond the noise, too little to change the verdict (bounds widened by it)"
+        else:
+            verdict, said = PASS, ": within the noise"
+        result["checks"].append({"workload": workloads[0], "check": "drift", "verdict": verdict,
+                                 "reason": f"{workloads[0]}: {text}{said}"})
     found = output_check(benches, sides, merged["specfleet_gate_tie_logprob_gap"])
     result["output_check"] = found
     result["checks"].extend(_output_checks(found, merged["specfleet_gate_tie_logprob_gap"]))

@@ -95,12 +95,14 @@ def results(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> l
     blocks either side of it. ``blocks``: {side, bench, tokens (speculative blocks)}."""
     judged = []
     # One pair per k: an inconclusive k is not kept (a canary cannot measure every k again).
-    # The canary keeps the best of the k it measured, so each k's keep is judged at the policy's
-    # error shared among them (Bonferroni): choosing among several does not buy a keep that one
-    # k measured alone would not get.
+    # The canary keeps the best of the k it measured, so each k is judged at the policy's error
+    # shared among them (Bonferroni): choosing among several does not buy a keep that one k
+    # measured alone would not get.
+    # Each k on its own three blocks, with the block noise the sweep's baseline blocks show.
     between = [index for index, block in enumerate(blocks)
                if block["side"] == paired.SPECULATIVE and 0 < index < len(blocks) - 1]
-    once = {**policy, "specfleet_gate_max_blocks": 3}
+    once = {**policy, "specfleet_gate_max_blocks": 3,
+            "specfleet_gate_block_noise": block_noise(blocks, {**gate.gate_defaults(), **policy})}
     for index in between:
         block = blocks[index]
         verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once, compared=len(between))
@@ -115,9 +117,24 @@ def results(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> l
             # What decided: the first failing or open check, or the keep itself.
             "reason": verdict["reasons"][0] if kept else (verdict["reasons"][1:] or verdict["reasons"])[0],
             "block": index,
+            "block_noise": once["specfleet_gate_block_noise"],
             "verdict": verdict,
         })
     return judged
+
+
+def block_noise(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> float:
+    """The block noise each k is judged with: the policy's, or what the sweep's baseline blocks
+    show on the primary workload at c=1 when that is more (specfleet.paired.placebo_block_noise)."""
+    workload = (policy.get("specfleet_gate_workloads") or gate.gate_defaults()["specfleet_gate_workloads"])[0]
+    sides = [paired.BASELINE] * sum(1 for block in blocks if block["side"] == paired.BASELINE)
+    baselines = paired.cleaned([gate.prompt_figures(block["bench"], workload, gate.SINGLE, "time_per_token")
+                                for block in blocks if block["side"] == paired.BASELINE], sides, either_side=True)
+    prompts = paired.common_prompts(baselines)
+    if len(prompts) < 2:
+        return policy["specfleet_gate_block_noise"]
+    levels = [paired.log_level(block, prompts) for block in baselines]
+    return paired.placebo_block_noise(levels, policy["specfleet_gate_block_noise"])
 
 
 def best(judged: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

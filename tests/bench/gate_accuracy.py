@@ -2,21 +2,23 @@
 """Calibration benchmark (not a test): how often the gate keeps what it should revert, and
 reverts what it should keep, under noise that is not the gate's own model.
 
-    .venv/bin/python tests/bench/gate_accuracy.py [--decisions 200] [--seed 1] [--models field,steps]
+    .venv/bin/python tests/bench/gate_accuracy.py [--decisions 200] [--seed 1] [--models field,step]
+        [--max-blocks N]
 
 Each decision is one unit rolled out the way the playbook does it: blocks measured in turn
 (baseline, speculative, baseline, then one more pair at a time while specfleet.gate.decide
 says "measure", up to the policy's budget), each block a synthesized spec_bench result (the
 module's shape, request by request) of 40 prompts per workload (the shipped set's size) at
-concurrency 1 and 8, judged with the default policy. A sweep is a canary's: baseline, then each
-of 4 draft lengths between baseline blocks, judged by specfleet.sweep.
+concurrency 1 and 8, judged with the default policy (``--max-blocks``: another budget). A sweep
+is a canary's: baseline, then each of 4 draft lengths between baseline blocks, judged by
+specfleet.sweep.
 
 The truth is a unit's true speedup of its code-edit throughput at c=1 on the prompt set: total
 tokens over total time, so with prompts that draft unequally it is a ratio of sums, not a mean
 of per-prompt ratios. TPOT falls as the speedup rises, c=8 gains half as much (or, in the c=8
 case, loses 5 %), and chat neither gains nor loses.
 
-Noise models, a row each; every one is the base plus one effect, and "field" is all together:
+Noise models, a row each; each but "team" is the base plus one effect, and "field" all of them:
 - base: per request a lognormal factor (8 %), per block a factor shared by its requests (2 %);
 - team: the calibration this benchmark used first: per request Student's t (3 degrees of
   freedom) scaled to 8 %, 2 % of requests 1.5 to 3 times as long, 2 % per block, and a drift of
@@ -30,7 +32,8 @@ Noise models, a row each; every one is the base plus one effect, and "field" is 
 - stalls: 3 % of requests stall for 2 to 8 s (a request takes ~5 s at c=1);
 - warmup: the first block starts cold: its first requests up to 40 % slower, fading over ~6
   requests;
-- field: all of the above at once.
+- field: the base and every effect after "team" at once (the issue's "all together": the
+  team's calibration is a model of its own, not one of the field's effects).
 
 Cases: true speedups 0.9, 1.20, 1.28 (must revert: at most +28 % against the +30 % the gate
 asks for), 1.32 (the margin's edge: either is acceptable), 1.40, 1.60 (must keep); "c8 -5%":
@@ -99,8 +102,7 @@ MODELS = (
     replace(BASE, name="step", step=0.10),
     replace(BASE, name="stalls", long_stalls=0.03),
     replace(BASE, name="warmup", warmup=0.40),
-    Noise("field", t3=True, short_stalls=0.02, drift=0.03, heterogeneous=True, ar1=(0.7, 0.03), step=0.10,
-          long_stalls=0.03, warmup=0.40),
+    replace(BASE, name="field", heterogeneous=True, ar1=(0.7, 0.03), step=0.10, long_stalls=0.03, warmup=0.40),
 )
 
 
@@ -254,9 +256,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-blocks", type=int, default=None,
+                        help="the policy's specfleet_gate_max_blocks for this run (default: the shipped policy's)")
     parser.add_argument("--models", default=",".join(model.name for model in MODELS),
                         help="noise models to run, comma-separated (default: every one)")
     args = parser.parse_args()
+    if args.max_blocks is not None:
+        POLICY["specfleet_gate_max_blocks"] = args.max_blocks
     chosen = [model for model in MODELS if model.name in args.models.split(",")]
     started = time.monotonic()
     thresholds = {key: POLICY[key] for key in ("specfleet_gate_min_throughput_gain", "specfleet_gate_confidence",

@@ -119,12 +119,14 @@ def test_no_method_that_fits_keeps_the_baseline():
 
 
 def test_an_inconclusive_verdict_measures_one_more_pair():
-    borderline = bench("speculative", 1.33, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
+    borderline = bench("speculative", 1.31, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
     state = gated(measured_baseline(started()), borderline)
     assert not state["done"] and state["next"] == "speculative" and state["next_serving"] == state["candidate"]
-    state = gated(state, borderline)
-    assert state["done"] and len(state["blocks"]) == 5
-    assert any(reason.startswith("revert to the baseline: still inconclusive after 5 blocks")
+    budget = POLICY["specfleet_gate_max_blocks"]
+    for _ in range((budget - 3) // 2):
+        state = gated(state, borderline)
+    assert state["done"] and len(state["blocks"]) == budget
+    assert any(reason.startswith(f"revert to the baseline: still inconclusive after {budget} blocks")
                for reason in state["outcome"]["reasons"]), state["outcome"]["reasons"]
     assert state["outcome"]["measurement"]["inconclusive"]
     assert "straddles" in state["outcome"]["measurement"]["deciding"], state["outcome"]["measurement"]
@@ -428,7 +430,8 @@ def test_a_canary_none_of_whose_draft_lengths_starts_reverts_saying_so():
 # ---- the per-batch-size table ----------------------------------------------------------------
 TABLE_PLAN = {**PLAN, "batch_table": {"speculate_up_to": 1, "max_batch": 8}}
 LOSES_UNDER_LOAD = bench("speculative", 1.8, c8_speed=0.8, chat_speed=1.1, acceptance=ACCEPTANCE)
-TABLED = bench("speculative", 1.8, c8_speed=1.0, chat_speed=1.1, acceptance=ACCEPTANCE)
+# c=8 at +0.5%: within the 3% margin, shown so only with the second pair (the bounds of 5 blocks)
+TABLED = bench("speculative", 1.8, c8_speed=1.005, chat_speed=1.1, acceptance=ACCEPTANCE)
 BANDS = [[1, 1, 5], [2, 8, 0]]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from specfleet import policy as policy_module
@@ -137,8 +139,36 @@ def test_each_k_is_judged_at_the_policys_error_shared_among_the_k_measured():
         found[index]["tokens"] = tokens
     judged = sweep.results(found, POLICY)
     assert [entry["verdict"]["keep_confidence"] for entry in judged] == [pytest.approx(1 - 0.1 / 4)] * 4
-    # The guards against harm (chat) stay at the policy's confidence.
+    # The guards against harm (chat) at the same share: a guard that fires wrongly reverts a good k.
     chat = judged[0]["verdict"]["figures"]["chat"]["throughput_gain_c1"]
-    assert any("(90% bounds" in reason and reason.startswith("chat:") for reason in judged[0]["verdict"]["reasons"])
+    assert any("(97.5% bounds" in reason and reason.startswith("chat:") for reason in judged[0]["verdict"]["reasons"])
     assert chat["lower"] < chat["value"]
     assert all(entry["decision"] == "keep" for entry in judged)
+
+
+def test_each_k_is_judged_with_the_block_noise_the_sweeps_baseline_blocks_show():
+    def swept(baseline_speeds: list[float]) -> list[dict]:
+        measured = [("baseline", bench("baseline", baseline_speeds[0]))]
+        for speed in baseline_speeds[1:]:
+            measured += [("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1,
+                                               acceptance=ACCEPTANCE)),
+                         ("baseline", bench("baseline", speed))]
+        found = blocks(*measured)
+        for index, tokens in zip((1, 3, 5, 7), (2, 3, 4, 5), strict=True):
+            found[index]["tokens"] = tokens
+        return sweep.results(found, POLICY)
+
+    def width(entry: dict) -> float:
+        return entry["gain_upper"] - entry["gain_lower"]
+
+    calm = swept([1.0] * 5)
+    # The unit wanders 7% between baseline blocks: what one k's three blocks cannot see.
+    wandering = swept([1.0, 0.93, 1.0, 0.93, 1.0])
+    placebo = 0.0725  # |log 0.93|: each middle baseline block against its neighbours' mean
+    expected = math.sqrt((2 * 0.02 ** 2 + 3 * placebo ** 2 / 1.5) / 5)
+    baselines = [{"side": "baseline", "bench": bench("baseline", speed)} for speed in (1.0, 0.93, 1.0, 0.93, 1.0)]
+    assert sweep.block_noise(baselines, POLICY) == pytest.approx(expected, rel=0.02)
+    assert [entry["block_noise"] for entry in calm] == [0.02] * 4
+    assert [entry["block_noise"] for entry in wandering] == [pytest.approx(expected, rel=0.02)] * 4
+    assert width(wandering[0]) > 1.8 * width(calm[0])
+    assert [entry["verdict"]["keep_confidence"] for entry in wandering] == [pytest.approx(1 - 0.1 / 4)] * 4
