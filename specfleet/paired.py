@@ -56,6 +56,8 @@ whole: leaving the prompt out would move the figure by how well that prompt draf
 of one side are compared, so a prompt speculation truly slows is never taken for a stall; and
 nothing is mended for a comparison while one side was measured once, since that side's stalls
 cannot be found (the drift checks, which hold a side only against itself, mend either side's).
+A cold start, a block's first requests slower than its rest against the side's other blocks
+(``cold_starts``), is mended alike, wherever it can be found: it only ever slows the block.
 
 **Drift.** Between blocks: with two baseline blocks, the later against the earlier; with three
 or more, each against the mean of its neighbours, so a drift steady in time cancels there as it
@@ -84,6 +86,10 @@ PRIOR_BLOCKS = 2
 # and at most this share of the prompts are mended for it between two blocks.
 OUTLIER_SCALES = 4.0
 OUTLIER_SHARE = 0.1
+# A cold start: at most this share of a block's first prompts, slower than the rest of it by
+# this many standard errors of their mean.
+COLD_SHARE = 0.25
+COLD_SCALES = 4.0
 # A step inside a block is looked for at this many - 1 points of the sending order (eighths).
 STEP_SPLITS = 8
 
@@ -211,16 +217,52 @@ def stalls(blocks: Sequence[Block], sides: Sequence[str]) -> set[tuple[int, str]
     return found
 
 
+def cold_starts(blocks: Sequence[Block], sides: Sequence[str]) -> set[tuple[int, str]]:
+    """(block index, prompt) of the requests a cold start slowed: a block whose first requests (two
+    to COLD_SHARE of its prompts, in sending order) took longer, against the same prompts in the
+    side's other blocks, than the rest of it did: their mean beyond COLD_SCALES standard errors and
+    their median beyond one (robust scale), so one stall among them is no cold start, while the
+    rest of the block is level with those blocks (within half that median), so a step in one of
+    them is not taken for a cold start here. A server's first requests warm its caches; the rest
+    of the block is its speed."""
+    prompts = common_prompts(blocks)
+    found: set[tuple[int, str]] = set()
+    longest = int(len(prompts) * COLD_SHARE)
+    if longest < 2:
+        return found
+    for index, side in enumerate(sides):
+        others = [j for j, which in enumerate(sides) if which == side and j != index]
+        if not others:
+            continue
+        changes = [math.log(blocks[index][p][0]) - sum(math.log(blocks[j][p][0]) for j in others) / len(others)
+                   for p in prompts]
+        center = _median(changes)
+        excess = [change - center for change in changes]
+        scale = 1.4826 * _median([abs(value) for value in excess])
+        if scale <= 0:
+            continue
+        best, length = max((sum(excess[:k]) / (scale * math.sqrt(k)), k) for k in range(2, longest + 1))
+        # Slow throughout, not one stall among them: their median too a scale above the rest.
+        # And the rest of the block level with the side's other blocks: a step in one of those
+        # (the same prompts, later, slower there) reads alike from here, but moves the rest too.
+        slow = _median(excess[:length])
+        if best > COLD_SCALES and slow > scale and abs(center) < slow / 2:
+            found.update((index, prompt) for prompt in prompts[:length])
+    return found
+
+
 def cleaned(blocks: Sequence[Block], sides: Sequence[str], either_side: bool = False) -> list[Block]:
-    """``blocks`` with each stalled request (``stalls``) given the time the same prompt took in
-    the side's other blocks, per token and scaled to its own block's level, so the prompt set
-    stays whole (leaving a prompt out would change the figure the thresholds speak of, by how
-    well that prompt drafts). Unchanged while a side was measured once, unless ``either_side``
-    (a check that compares a side only with itself): that side's stalls cannot be found, and
-    cleaning only the other's would favour it."""
-    if not either_side and any(sides.count(side) < 2 for side in SIDES):
-        return list(blocks)
-    found = stalls(blocks, sides)
+    """``blocks`` with each stalled request (``stalls``), and each a cold start slowed
+    (``cold_starts``), given the time the same prompt took in the side's other blocks, per token
+    and scaled to its own block's level, so the prompt set stays whole (leaving a prompt out would
+    change the figure the thresholds speak of, by how well that prompt drafts). Stalls are left as
+    they are while a side was measured once, unless ``either_side`` (a check that compares a side
+    only with itself): that side's stalls cannot be found, and mending only the other's would
+    favour it. A cold start is mended wherever it can be found: it slows a block whose side's
+    other blocks show it, so mending it never favours the side that cannot be checked."""
+    found = cold_starts(blocks, sides)
+    if either_side or all(sides.count(side) >= 2 for side in SIDES):
+        found |= stalls(blocks, sides)
     if not found:
         return list(blocks)
     prompts = [p for p in common_prompts(blocks) if not any((i, p) in found for i in range(len(blocks)))]

@@ -246,3 +246,30 @@ def test_a_guard_gives_a_side_measured_once_the_spread_of_its_changes():
     data[1]["p3"] = (time * 4, tokens)  # a stall in the one speculative block
     widened = paired.with_spread(data, sides, noise)
     assert widened[A] == noise[A] and widened[B] > 10 * noise[B]
+
+
+def test_a_cold_start_is_mended_and_neither_a_stall_nor_a_step_elsewhere_reads_as_one():
+    sides = [A, B, A, B, A]
+    data = blocks([1.4] * 40, 0.0, sides, noise=0.02)
+    clean = paired.estimate(data, sides, paired.contrast_weights(sides), 0.02)
+    cold = [dict(block) for block in data]
+    for position, prompt in enumerate(list(cold[0])[:6]):  # the first requests up to 40 % slower
+        time, tokens = cold[0][prompt]
+        cold[0][prompt] = (time * (1 + 0.4 * math.exp(-position / 3)), tokens)
+    assert {prompt for index, prompt in paired.cold_starts(cold, sides) if index == 0} >= {"p0", "p1", "p2"}
+    mended = paired.estimate(paired.cleaned(cold, sides), sides, paired.contrast_weights(sides), 0.02)
+    assert mended.log_ratio == pytest.approx(clean.log_ratio, abs=0.003)
+    # One stall among the first requests is a stall, not a cold start.
+    stalled = [dict(block) for block in data]
+    time, tokens = stalled[2]["p3"]
+    stalled[2]["p3"] = (time * 3, tokens)
+    assert paired.cold_starts(stalled, sides) == set()
+    # The second baseline block slower from its 6th request on: the first block's start is no
+    # cold start for reading faster than it.
+    stepped = [dict(block) for block in data]
+    for prompt in list(stepped[2])[5:]:
+        time, tokens = stepped[2][prompt]
+        stepped[2][prompt] = (time * 1.1, tokens)
+    assert paired.cold_starts(stepped[:3], sides[:3]) == set()
+    # A side measured once is not searched, but the other side's cold start is mended.
+    assert paired.cleaned(cold[:3], sides[:3])[0]["p0"][0] < cold[0]["p0"][0] / 1.2
