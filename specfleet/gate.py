@@ -71,6 +71,7 @@ SINGLE = "c1"
 LOADED = "c8"
 PASS, FAIL, OPEN, NOTE = "pass", "fail", "inconclusive", "note"
 KEEP, REVERT, MEASURE = "keep", "revert", "measure"
+BETWEEN_BASELINES = "between baseline blocks"  # a drift's ``where`` for a move between blocks
 
 
 def gate_defaults() -> dict[str, Any]:
@@ -114,16 +115,17 @@ def prompt_figures(bench: Mapping[str, Any], workload: str, level: str, figure: 
     return collected
 
 
-def _blocks(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: str, level: str, figure: str,
-            either_side: bool = False) -> list[paired.Block]:
-    """The blocks' figures, their stalls cleaned (specfleet.paired.cleaned)."""
+def cleaned_blocks(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: str, level: str,
+                   figure: str, either_side: bool = False) -> list[paired.Block]:
+    """The blocks' figures (``prompt_figures``), their stalls and cold starts mended
+    (specfleet.paired.cleaned)."""
     return paired.cleaned([prompt_figures(bench, workload, level, figure) for bench in benches], sides, either_side)
 
 
 def _estimate(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], weights: Sequence[float],
               workload: str, level: str, figure: str, block_noise: float,
               noise: Mapping[str, float]) -> paired.Estimate | None:
-    return paired.estimate(_blocks(benches, sides, workload, level, figure), sides, weights, block_noise, noise)
+    return paired.estimate(cleaned_blocks(benches, sides, workload, level, figure), sides, weights, block_noise, noise)
 
 
 def request_noise(benches: Sequence[Mapping[str, Any]], sides: Sequence[str],
@@ -132,7 +134,7 @@ def request_noise(benches: Sequence[Mapping[str, Any]], sides: Sequence[str],
     workloads (specfleet.paired.noise_by_side): requests batched at c=8 vary otherwise than one
     at a time. ``either_side``: with each side's stalls cleaned even while the other's cannot
     be (for the drift checks, which compare a side with itself)."""
-    return {level: paired.noise_by_side([_blocks(benches, sides, workload, level, "time_per_token", either_side)
+    return {level: paired.noise_by_side([cleaned_blocks(benches, sides, workload, level, "time_per_token", either_side)
                                          for workload in workloads], sides)
             for level in (SINGLE, LOADED)}
 
@@ -278,7 +280,8 @@ def _workload_checks(workload: str, primary: bool, benches: Sequence[Mapping[str
     def bounded(level: str, figure: str, invert: bool) -> dict[str, Any]:
         per_side = request[level]
         if not primary:  # a guard: a stall in a side measured once is no loss
-            per_side = paired.with_spread(_blocks(benches, sides, workload, level, "time_per_token"), sides, per_side)
+            measured = cleaned_blocks(benches, sides, workload, level, "time_per_token")
+            per_side = paired.with_spread(measured, sides, per_side)
         found = _estimate(benches, sides, weights, workload, level, figure, noise, per_side)
         return _bounded(found, confidence, invert, allowance)
 
@@ -402,7 +405,7 @@ def drift(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: 
     (specfleet.paired.cleaned), and ``request`` measured so (``request_noise(...,
     either_side=True)``): a stall is no move, and its noise must not hide one."""
     noise = policy["specfleet_gate_block_noise"]
-    blocks = _blocks(benches, sides, workload, SINGLE, "time_per_token", either_side=True)
+    blocks = cleaned_blocks(benches, sides, workload, SINGLE, "time_per_token", either_side=True)
     # where, the contrast, and how far one of the side's block's level moved for it to read so.
     found: list[tuple[str, str, paired.Estimate, float]] = []
     looked = 0  # the points of each scan inside blocks, beyond the one reported
@@ -413,20 +416,18 @@ def drift(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: 
             # A step between two of three baseline blocks reads as half of it against their
             # mean: the step is what is reported, and held to the limit (a one-block blip of the
             # middle one reads as twice itself so: an upper estimate).
-            scale = max(abs(sum(weights[index:])) for index in range(len(weights)))
+            scale = paired.lasting_step(weights)
             step = paired.Estimate(between.log_ratio / scale, between.se / scale, between.prompts)
-            found.append(("between baseline blocks", paired.BASELINE, step, abs(step.log_ratio)))
+            found.append((BETWEEN_BASELINES, paired.BASELINE, step, abs(step.log_ratio)))
     if len(prompts) >= 4:
-        for side in paired.SIDES:
-            indexes = [index for index, which in enumerate(sides) if which == side]
-            for earlier, later in zip(indexes, indexes[1:], strict=False):
-                weights = [1.0 if i == later else -1.0 if i == earlier else 0.0 for i in range(len(sides))]
-                levels = paired.estimate(blocks, sides, weights, noise, request[SINGLE], steady=True)
-                splits = paired.step_within(blocks[earlier], blocks[later], prompts, request[SINGLE][side])
-                looked += len(splits) - 1
-                # The point where the step shows most surely is where it was.
-                step, *shares = max(splits, key=lambda split: abs(split[0].log_ratio) / max(split[0].se, 1e-12))
-                found.append((f"inside a {side} block", side, step, _moved_level(step, *shares, levels)))
+        for side, earlier, later in paired.same_side_pairs(sides):
+            levels = paired.estimate(blocks, sides, paired.difference_weights(len(sides), earlier, later), noise,
+                                     request[SINGLE], steady=True)
+            splits = paired.step_within(blocks[earlier], blocks[later], prompts, request[SINGLE][side])
+            looked += len(splits) - 1
+            # The point where the step shows most surely is where it was.
+            step, *shares = max(splits, key=lambda split: abs(split[0].log_ratio) / max(split[0].se, 1e-12))
+            found.append((f"inside a {side} block", side, step, _moved_level(step, *shares, levels)))
     if not found:
         return None
     # Two-sided, the policy's error shared half and half between the two kinds of contrast and
@@ -434,11 +435,11 @@ def drift(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], workload: 
     # several is not taken for a step by chance, and the many points of the scans do not blunt
     # the few contrasts between blocks.
     error = 1 - policy["specfleet_gate_confidence"]
-    between_count = sum(1 for item in found if item[0] == "between baseline blocks")
+    between_count = sum(1 for item in found if item[0] == BETWEEN_BASELINES)
     counts = {True: between_count, False: len(found) - between_count + looked}
 
     def confidence(item: tuple[str, str, paired.Estimate, float]) -> float:
-        return 1 - error / (2 * 2 * counts[item[0] == "between baseline blocks"])
+        return 1 - error / (2 * 2 * counts[item[0] == BETWEEN_BASELINES])
 
     limit = policy["specfleet_gate_max_drift"]
 
@@ -630,27 +631,20 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
                                       alone=start > 0)
     result["keep_confidence"] = round(keep_confidence, 4)
 
-    def checks_with(allowance: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        figures: dict[str, Any] = {}
-        for number, workload in enumerate(workloads):
-            found_checks, figures[workload] = _workload_checks(workload, number == 0, judged, judged_sides, merged,
-                                                               request, keep_confidence, allowance)
-            found.extend(found_checks)
-        return found, figures
-
     # A move the interleaving does not cancel biases the comparison by at most the drift's
     # allowance: with one, every bound makes room for it, and a verdict that stands so (a unit
     # far from every threshold) cannot have been decided by the move.
     moved = shifted is not None and shifted["beyond_noise"]
     # On three blocks, a step in the second baseline block can hide in their difference behind
     # a cold start of the first; only the scan inside them shows it, surely beyond the noise or not.
-    hidden = shifted is not None and len(judged_sides) == 3 and shifted["where"].startswith("inside")
-    workload_checks, result["figures"] = checks_with(shifted["allowance"] if moved or hidden else 0.0)
-    moved = moved and any(item["verdict"] == OPEN for item in workload_checks)
-    result["checks"].extend(workload_checks)
-    for workload in workloads:
+    hidden = shifted is not None and len(judged_sides) == 3 and shifted["where"] != BETWEEN_BASELINES
+    allowance = shifted["allowance"] if moved or hidden else 0.0
+    for number, workload in enumerate(workloads):
+        workload_checks, result["figures"][workload] = _workload_checks(
+            workload, number == 0, judged, judged_sides, merged, request, keep_confidence, allowance)
+        result["checks"].extend(workload_checks)
         notes.append(f"{workload}: speculative acceptance at c=1 {result['figures'][workload]['acceptance_c1_text']}")
+    moved = moved and any(item["verdict"] == OPEN for item in result["checks"])
     if start:
         notes.append(f"the first {start} block(s) left out: the unit moved there ({result['drift']['left_behind']}); "
                      f"blocks {start + 1} to {len(sides)} compared")

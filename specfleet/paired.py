@@ -149,6 +149,28 @@ def contrast_weights(sides: Sequence[str]) -> list[float]:
     return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
 
 
+def same_side_pairs(sides: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(side, earlier, later) of every two successive blocks of one side."""
+    pairs = []
+    for side in SIDES:
+        indexes = [index for index, which in enumerate(sides) if which == side]
+        pairs.extend((side, earlier, later) for earlier, later in zip(indexes, indexes[1:], strict=False))
+    return pairs
+
+
+def difference_weights(size: int, earlier: int, later: int) -> list[float]:
+    """Weights of block ``later`` against block ``earlier`` among ``size`` blocks."""
+    weights = [0.0] * size
+    weights[earlier], weights[later] = -1.0, 1.0
+    return weights
+
+
+def lasting_step(weights: Sequence[float]) -> float:
+    """How far a contrast with ``weights`` moves for a step by 1 (log scale) that lasts from some
+    block on, at the block where it moves it most."""
+    return max(abs(sum(weights[index:])) for index in range(len(weights)))
+
+
 def drift_weights(sides: Sequence[str]) -> list[list[float]]:
     """Weights of each drift contrast of the baseline blocks. With two, the later against the
     earlier: a steady drift and a step look alike there. With three or more, each baseline block
@@ -159,9 +181,7 @@ def drift_weights(sides: Sequence[str]) -> list[list[float]]:
     a_blocks = [index for index, side in enumerate(sides) if side == BASELINE]
     contrasts = []
     if len(a_blocks) == 2:
-        weights = [0.0] * len(sides)
-        weights[a_blocks[0]], weights[a_blocks[1]] = -1.0, 1.0
-        contrasts.append(weights)
+        contrasts.append(difference_weights(len(sides), *a_blocks))
     for before, middle, after in zip(a_blocks, a_blocks[1:], a_blocks[2:], strict=False):
         weights = [0.0] * len(sides)
         weights[before], weights[middle], weights[after] = -0.5, 1.0, -0.5
@@ -181,6 +201,13 @@ def _median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _against(blocks: Sequence[Block], index: int, others: Sequence[int], prompts: Sequence[str]) -> list[float]:
+    """Per prompt, the log of its time in block ``index`` less the mean log of its times in
+    ``others``."""
+    return [math.log(blocks[index][p][0]) - sum(math.log(blocks[j][p][0]) for j in others) / len(others)
+            for p in prompts]
 
 
 def _far_out(values: Mapping[str, float]) -> dict[str, float]:
@@ -206,14 +233,12 @@ def stalls(blocks: Sequence[Block], sides: Sequence[str]) -> set[tuple[int, str]
     levels = [log_level(block, prompts) for block in blocks] if prompts else []
     found: set[tuple[int, str]] = set()
     most = int(len(prompts) * OUTLIER_SHARE)
-    for side in SIDES:
-        indexes = [index for index, which in enumerate(sides) if which == side]
-        for earlier, later in zip(indexes, indexes[1:], strict=False):
-            changes = {p: math.log(blocks[later][p][0] / blocks[earlier][p][0]) for p in prompts}
-            far = _far_out(changes)
-            for prompt in sorted(far, key=lambda prompt: -far[prompt])[:most]:
-                slower = later if changes[prompt] - (levels[later] - levels[earlier]) > 0 else earlier
-                found.add((slower, prompt))
+    for _, earlier, later in same_side_pairs(sides):
+        changes = {p: math.log(blocks[later][p][0] / blocks[earlier][p][0]) for p in prompts}
+        far = _far_out(changes)
+        for prompt in sorted(far, key=lambda prompt: -far[prompt])[:most]:
+            slower = later if changes[prompt] - (levels[later] - levels[earlier]) > 0 else earlier
+            found.add((slower, prompt))
     return found
 
 
@@ -234,8 +259,7 @@ def cold_starts(blocks: Sequence[Block], sides: Sequence[str]) -> set[tuple[int,
         others = [j for j, which in enumerate(sides) if which == side and j != index]
         if not others:
             continue
-        changes = [math.log(blocks[index][p][0]) - sum(math.log(blocks[j][p][0]) for j in others) / len(others)
-                   for p in prompts]
+        changes = _against(blocks, index, others, prompts)
         center = _median(changes)
         excess = [change - center for change in changes]
         scale = 1.4826 * _median([abs(value) for value in excess])
@@ -313,10 +337,8 @@ def noise_by_side(cells: Sequence[Sequence[Block]], sides: Sequence[str]) -> dic
         prompts = common_prompts(blocks)
         if len(prompts) < 2:
             continue
-        for side in SIDES:
-            indexes = [index for index, which in enumerate(sides) if which == side]
-            for earlier, later in zip(indexes, indexes[1:], strict=False):
-                found[side].append(relative_noise(blocks[earlier], blocks[later], prompts))
+        for side, earlier, later in same_side_pairs(sides):
+            found[side].append(relative_noise(blocks[earlier], blocks[later], prompts))
     pooled = [value for values in found.values() for value in values]
     fallback = sum(pooled) / len(pooled) if pooled else math.inf
     return {side: sum(values) / len(values) if values else fallback for side, values in found.items()}
@@ -334,12 +356,26 @@ def with_spread(blocks: Sequence[Block], sides: Sequence[str], noise: Mapping[st
         others = [index for index, which in enumerate(sides) if which != side]
         if len(once) != 1 or not others or len(prompts) < 2:
             continue
-        changes = [math.log(blocks[once[0]][p][0]) - sum(math.log(blocks[i][p][0]) for i in others) / len(others)
-                   for p in prompts]
+        changes = _against(blocks, once[0], others, prompts)
         other_side = next(which for which in sides if which != side)
         spread = statistics.pvariance(changes) - noise[other_side] / len(others)
         widened[side] = max(noise[side], spread)
     return widened
+
+
+def _pooled(floor: float, observed: float, freedom: int) -> float:
+    """``observed`` (a variance on ``freedom`` degrees of freedom) pooled with ``floor`` worth
+    PRIOR_BLOCKS of them, never below ``floor``."""
+    return max(floor, (PRIOR_BLOCKS * floor + freedom * max(observed, 0.0)) / (PRIOR_BLOCKS + freedom))
+
+
+def _null_moment(rows: Sequence[Sequence[float]], levels: Sequence[float], request_part: Sequence[float]) -> float:
+    """The block level's variance read from contrasts with nothing to find (their expected value
+    zero): per contrast, its square less what the requests' noise puts there, over its squared
+    weights; their mean."""
+    return sum((sum(w * y for w, y in zip(row, levels, strict=True)) ** 2
+                - sum(w * w * r for w, r in zip(row, request_part, strict=True))) / sum(w * w for w in row)
+               for row in rows) / len(rows)
 
 
 def block_variance(levels: Sequence[float], sides: Sequence[str], request_part: Sequence[float],
@@ -347,25 +383,17 @@ def block_variance(levels: Sequence[float], sides: Sequence[str], request_part: 
     """The block level's variance, from how much the replicates of the comparison
     (``replicate_weights``, one per B block) differ from each other beyond what their requests'
     noise puts there: a method-of-moments estimate with m - 1 degrees of freedom for m
-    replicates, pooled with ``block_noise``**2 (worth PRIOR_BLOCKS of them), never below it.
-    Each replicate compares blocks next to each other in time, as the estimate does, so a unit
-    that wanders slowly or steps once counts as much as it moves each comparison, not by how far
-    it strays from one line over the whole run."""
+    replicates, pooled with ``block_noise``**2 (``_pooled``). Each replicate compares blocks next
+    to each other in time, as the estimate does, so a unit that wanders slowly or steps once
+    counts as much as it moves each comparison, not by how far it strays from one line over the
+    whole run. With one replicate, the two baseline blocks' difference is the only repeat of the
+    block level (a steady drift counts in it too, so this errs wide)."""
     floor = block_noise ** 2
     rows = replicate_weights(sides)
     if len(rows) < 2:
-        # One replicate: the baseline blocks either side of it are the only repeat of the block
-        # level (a steady drift counts in their difference too, so this errs wide).
-        rows = [[1.0 if i == later else -1.0 if i == earlier else 0.0 for i in range(len(sides))]
-                for earlier, later in zip(*[[i for i, side in enumerate(sides) if side == BASELINE][k:]
-                                            for k in (0, 1)], strict=False)]
-        rows = rows[:1]
-        if not rows:
+        if sides.count(BASELINE) != 2:
             return floor
-        observed = (sum(w * y for w, y in zip(rows[0], levels, strict=True)) ** 2
-                    - sum(w * w * r for w, r in zip(rows[0], request_part, strict=True))) / 2
-        pooled = (PRIOR_BLOCKS * floor + max(observed, 0.0)) / (PRIOR_BLOCKS + 1)
-        return max(floor, pooled)
+        return _pooled(floor, _null_moment(drift_weights(sides), levels, request_part), 1)
     count = len(rows)
     values = [sum(w * y for w, y in zip(row, levels, strict=True)) for row in rows]
     mean = sum(values) / count
@@ -376,29 +404,22 @@ def block_variance(levels: Sequence[float], sides: Sequence[str], request_part: 
         gram = [[sum(a * b * d for a, b, d in zip(one, two, diagonal, strict=True)) for two in rows] for one in rows]
         return sum(gram[i][i] for i in range(count)) - sum(map(sum, gram)) / count
 
-    per_block = centred_trace([1.0] * len(levels))
-    observed = (spread - centred_trace(request_part)) / per_block
-    freedom = count - 1
-    pooled = (PRIOR_BLOCKS * floor + freedom * max(observed, 0.0)) / (PRIOR_BLOCKS + freedom)
-    return max(floor, pooled)
+    observed = (spread - centred_trace(request_part)) / centred_trace([1.0] * len(levels))
+    return _pooled(floor, observed, count - 1)
 
 
 def placebo_block_noise(levels: Sequence[float], block_noise: float) -> float:
     """The block level's noise (sd, log scale) from successive baseline blocks' ``levels`` alone:
-    each middle one against the mean of its neighbours is a contrast with the comparison's own
-    weights (1, -1/2, -1/2) and nothing to find, so its mean square over 1.5 is what one block's
-    level varies by, request noise included (an upper estimate). Pooled with ``block_noise``
-    (worth PRIOR_BLOCKS blocks), never below it. A sweep judges each draft length on one
-    speculative block and its two neighbours, too few to see the unit wander; its baseline
-    blocks, spaced out over the whole sweep, see it."""
-    placebos = [middle - (before + after) / 2
-                for before, middle, after in zip(levels, levels[1:], levels[2:], strict=False)]
-    floor = block_noise ** 2
-    if not placebos:
+    each middle one against the mean of its neighbours (``drift_weights``) is a contrast with the
+    comparison's own weights and nothing to find, so its mean square over 1.5 is what one
+    block's level varies by, request noise included (an upper estimate). Pooled with
+    ``block_noise`` (``_pooled``). A sweep judges each draft length on one speculative block and
+    its two neighbours, too few to see the unit wander; its baseline blocks, spaced out over the
+    whole sweep, see it."""
+    if len(levels) < 3:
         return block_noise
-    observed = sum(value * value for value in placebos) / (1.5 * len(placebos))
-    pooled = (PRIOR_BLOCKS * floor + len(placebos) * observed) / (PRIOR_BLOCKS + len(placebos))
-    return math.sqrt(max(floor, pooled))
+    placebos = drift_weights([BASELINE] * len(levels))
+    return math.sqrt(_pooled(block_noise ** 2, _null_moment(placebos, levels, [0.0] * len(levels)), len(placebos)))
 
 
 @dataclass(frozen=True)
@@ -449,8 +470,7 @@ def exposure(weights: Sequence[float], sides: Sequence[str], side: str) -> float
     with ``weights``: a move of that block alone, or of every block from some point on (a step
     that stays)."""
     alone = [abs(weight) for weight, which in zip(weights, sides, strict=True) if which == side]
-    tails = [abs(sum(weights[index:])) for index in range(len(weights))]
-    return max(*alone, *tails)
+    return max(*alone, lasting_step(weights))
 
 
 def step_within(earlier: Block, later: Block, prompts: Sequence[str],

@@ -127,9 +127,9 @@ def block_noise(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) 
     """The block noise each k is judged with: the policy's, or what the sweep's baseline blocks
     show on the primary workload at c=1 when that is more (specfleet.paired.placebo_block_noise)."""
     workload = (policy.get("specfleet_gate_workloads") or gate.gate_defaults()["specfleet_gate_workloads"])[0]
-    sides = [paired.BASELINE] * sum(1 for block in blocks if block["side"] == paired.BASELINE)
-    baselines = paired.cleaned([gate.prompt_figures(block["bench"], workload, gate.SINGLE, "time_per_token")
-                                for block in blocks if block["side"] == paired.BASELINE], sides, either_side=True)
+    benches = [block["bench"] for block in blocks if block["side"] == paired.BASELINE]
+    baselines = gate.cleaned_blocks(benches, [paired.BASELINE] * len(benches), workload, gate.SINGLE,
+                                    "time_per_token", either_side=True)
     prompts = paired.common_prompts(baselines)
     if len(prompts) < 2:
         return policy["specfleet_gate_block_noise"]
