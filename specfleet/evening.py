@@ -6,16 +6,21 @@ plays, tasks with their play-level role, the results of timed actions, each with
 and controller CPU) and over a table of real figures (tests/bench/data/evening_field.yml).
 tests/bench/evening.py runs the evening on the lab and prints both.
 
-The projection keeps the lab's plan (its phases, its waves, each unit's container starts
-and benchmark blocks) and swaps the lab's figures for real ones:
+The projection keeps the lab's plan (its phases: prepare, pre-warm, canaries, measuring) and
+swaps the lab's figures for real ones:
 - control work (Ansible's tasks) is bounded by the units, whose lab time is an upper bound
   (16 units share this machine's cores, a real unit has its own), repeated once per round of
   ``forks``, and by the controller's CPU, which grows with the number of units;
 - payloads take F x S/B (the fan-out's measured factor, growing with log2(N+1));
-- a container start that started a server takes the real start time, cold where the lab's
-  compile cache missed (the pre-warm's golden runs), warm where it hit, and a benchmark
-  block takes its lab time scaled by the real unit's TPOT over the lab's (its fixed costs,
-  HTTP and the client, scale with it: an overestimate).
+- the pre-warm's golden starts take the real start time, compiling where the lab's compile
+  cache missed;
+- each measuring unit's decision is budgeted from what it sends (``unit_budget``): the
+  event's own bench settings (prompts, output tokens, warm-up, output check, concurrencies)
+  at a real unit's TPOT and TTFT, its container starts at a real unit's start time, over as
+  many blocks as the gate took in decisions simulated at the field's speedup; a wave (or, off
+  lock-step, the fleet) waits for its slowest unit: the expected largest of that many budgets.
+A ``Design`` says what the toolkit does (restarts, output checks, warm-ups, JIT caches, the
+schedule): ``BEFORE`` is main's when issue 37 was filed, ``DESIGN`` this tree's.
 """
 
 from __future__ import annotations
@@ -28,14 +33,14 @@ from typing import Any
 # Plays of the collection's playbooks the critical path names (tests check they exist).
 PREPARE_PLAY = "Prepare each unit for its plan"
 PREWARM_PLAY = "Pre-warm each key's compile cache and hand it to the units of that key"
-CANARY_PLAY = "Roll out on each key's canary, measuring its draft lengths"
-WAVES_PLAY = "Roll out speculative serving, wave by wave"
+CANARY_PLAY = "Roll out on each key's canary first"
+MEASURING_PLAY = "Roll out on every other unit, each on its own"
 # Prepare roles whose bytes travel (the payloads); the others are control work.
 PAYLOAD_ROLES = {"specfleet_hf_cache": "models", "specfleet_image": "image"}
 START_ACTION = "specfleet.fleet.vllm_container"
 BENCH_ACTION = "specfleet.fleet.spec_bench"
 TIMED_ACTIONS = (START_ACTION, BENCH_ACTION)
-CANARY_PHASE = "wave 0 (canaries)"
+CANARY_PHASE = "canaries"
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,8 @@ def phase_of(play: str, batch: int, role: str | None, playbook: str) -> tuple[st
         return "pre-warm", "prewarm"
     if play == CANARY_PLAY:
         return CANARY_PHASE, "wave"
-    if play == WAVES_PLAY:
-        return f"wave {batch + 1}", "wave"
+    if play == MEASURING_PLAY:
+        return "measuring" if batch == 0 else f"measuring, batch {batch + 1}", "wave"
     return f"facts ({playbook})" if playbook else "facts", "control"
 
 
@@ -179,6 +184,171 @@ def fanout_factor(units: int, measured_16: float, pieces: int) -> float:
     return measured_16 * ideal(units) / ideal(16)
 
 
+# ---- one unit's measurement on a real unit -----------------------------------------------
+@dataclass(frozen=True)
+class Bench:
+    """What one benchmark block sends: spec_bench's options as the rollout play passes them (the
+    event inventory's ``specfleet_bench_*`` over the play's defaults), and each prompt set's size."""
+
+    set_sizes: Mapping[str, int]
+    concurrency: tuple[int, ...] = (1, 8)
+    requests: int = 0
+    warmups: int = 1
+    repetitions: int = 1
+    output_check: int = 8
+    max_tokens: int = 256
+    warmup_tokens: int = 32
+
+    def run_size(self, level: int, workload: str) -> int:
+        """Requests of one measured run (spec_bench: max(4N, requests or the set's size))."""
+        return max(4 * level, self.requests or self.set_sizes[workload])
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A real unit's serving: the baseline's TPOT and TTFT per concurrency (ms), and the
+    candidate's speedup of TPOT per concurrency (both workloads alike)."""
+
+    tpot_ms: Mapping[int, float]
+    ttft_ms: Mapping[int, float]
+    speedup: Mapping[int, float]
+
+    def tpot(self, level: int, side: str) -> float:
+        return self.tpot_ms[level] / (self.speedup[level] if side == "speculative" else 1.0)
+
+
+@dataclass(frozen=True)
+class Starts:
+    """Seconds of a container start on a real unit: from ``docker run`` to serving with every
+    cache warm, and what a missed torch.compile cache and an empty FlashInfer / Triton JIT
+    cache add."""
+
+    warm_s: float
+    compile_s: float
+    jit_s: float
+
+    def seconds(self, compile_cold: bool, jit_cold: bool) -> float:
+        return self.warm_s + (self.compile_s if compile_cold else 0.0) + (self.jit_s if jit_cold else 0.0)
+
+
+@dataclass(frozen=True)
+class Design:
+    """How a unit measures and how the fleet is scheduled: the knobs the evening turns on.
+
+    ``restart_per_block``: every block starts its side's server (one container per unit), else
+    both serve side by side and a unit starts each once; ``check_every_block``: the output check
+    in every block, else once per serving; ``warm_every_block``: the warm-up in every block, else
+    only after a start; ``jit_cached``: the JIT caches are mounted and pre-warmed (else every new
+    container compiles its kernels again); ``lockstep``: only keys that sweep have a canary and
+    the other units measure in Ansible's serial waves, each task waiting for the wave's slowest
+    unit; else each key's canary first, then every other unit at once, each on its own;
+    ``serial``: the measuring play's default batches (playbooks/rollout.yml)."""
+
+    name: str
+    restart_per_block: bool
+    check_every_block: bool
+    warm_every_block: bool
+    jit_cached: bool
+    lockstep: bool
+    serial: tuple[int | str, ...]
+
+
+# What main did when issue 37 was filed (2026-12-06), and what it does now: each serving's
+# answers checked once, each key's canary first, then every other unit on its own.
+BEFORE = Design("before (main b5f57d3)", restart_per_block=True, check_every_block=True,
+                warm_every_block=True, jit_cached=False, lockstep=True, serial=(1, 3, "25%", "100%"))
+DESIGN = Design("now", restart_per_block=True, check_every_block=False, warm_every_block=True,
+                jit_cached=False, lockstep=False, serial=("100%",))
+
+
+@dataclass(frozen=True)
+class Work:
+    """Requests, output tokens (at most: answers may stop early) and seconds."""
+
+    requests: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.requests + other.requests, self.tokens + other.tokens, self.seconds + other.seconds)
+
+
+def batch(count: int, tokens: int, level: int, speed: Speed, side: str) -> Work:
+    """``count`` requests of ``tokens`` output tokens each on ``side``, ``level`` in flight: as
+    many rounds of one request's time (its TTFT, then a token per TPOT)."""
+    seconds = math.ceil(count / level) * (speed.ttft_ms[level] + (tokens - 1) * speed.tpot(level, side)) / 1000.0
+    return Work(count, count * tokens, seconds)
+
+
+def block_work(bench: Bench, speed: Speed, side: str, warm_up: bool, check: bool) -> Work:
+    """One block of ``side``: per workload its warm-up (when ``warm_up``), its measured runs
+    at each concurrency and its output check (when ``check``), as spec_bench sends them."""
+    total = Work()
+    top = max(bench.concurrency)
+    for workload, size in bench.set_sizes.items():
+        if warm_up:
+            used = min(size, max(bench.run_size(level, workload) for level in bench.concurrency) * bench.repetitions)
+            for _ in range(bench.warmups):
+                total += batch(used, min(bench.max_tokens, bench.warmup_tokens), top, speed, side)
+        for level in bench.concurrency:
+            for _ in range(bench.repetitions):
+                total += batch(bench.run_size(level, workload), bench.max_tokens, level, speed, side)
+        if check and bench.output_check:
+            total += batch(min(bench.output_check, size), bench.max_tokens, 1, speed, side)
+    return total
+
+
+BLOCK_SIDES = ("baseline", "speculative")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One unit's decision on a real unit: its container starts, its blocks, and the requests,
+    output tokens and seconds they take (the starts' seconds included)."""
+
+    starts: int
+    blocks: int
+    work: Work
+    start_seconds: float
+
+
+def unit_budget(design: Design, bench: Bench, speed: Speed, starts: Starts, blocks: int, kept: bool) -> Budget:
+    """A unit measured in ``blocks`` (baseline, speculative, baseline, ...) and then ``kept`` or
+    not, on a real unit: its compile cache pre-warmed (each start hits it), its JIT caches only
+    when ``design.jit_cached``. Restarting per block, each block starts its side and a kept
+    candidate is started once more after the last baseline block; side by side, each side
+    starts once and the decided one stays."""
+    total, started, start_seconds = Work(), 0, 0.0
+    checked: set[str] = set()
+    for index in range(blocks):
+        side = BLOCK_SIDES[index % 2]
+        starts_here = design.restart_per_block or index < 2
+        if starts_here:
+            started += 1
+            start_seconds += starts.seconds(compile_cold=False, jit_cold=not design.jit_cached)
+        total += block_work(bench, speed, side, warm_up=design.warm_every_block or starts_here,
+                            check=design.check_every_block or side not in checked)
+        checked.add(side)
+    if kept and design.restart_per_block:
+        started += 1
+        start_seconds += starts.seconds(compile_cold=False, jit_cold=not design.jit_cached)
+    return Budget(started, blocks, Work(total.requests, total.tokens, total.seconds + start_seconds), start_seconds)
+
+
+# ---- the fleet ------------------------------------------------------------------------------
+def expected_max(values: Sequence[float], draws: int) -> float:
+    """The expected largest of ``draws`` values drawn (with replacement) from ``values``: what
+    a wave of that many units waits for."""
+    ordered = sorted(values)
+    count = len(ordered)
+    if not count or draws <= 0:
+        return 0.0
+    total = 0.0
+    for rank, value in enumerate(ordered, start=1):
+        total += value * ((rank / count) ** draws - ((rank - 1) / count) ** draws)
+    return total
+
+
 @dataclass(frozen=True)
 class Real:
     """What the projection needs to know about the real event."""
@@ -192,12 +362,24 @@ class Real:
     # Bytes of each payload phase (models, image) for one unit, and of the bootstrap's packages.
     payload_bytes: Mapping[str, float]
     package_bytes: float
-    start_cold_s: float
-    start_warm_s: float
-    # Real TPOT over the lab's, per lab host (benchmark blocks scale by it).
-    bench_scale: Mapping[str, float]
-    serial: Sequence[int | str]
+    starts: Starts
+    bench: Bench
+    speed: Speed
+    # Simulated decisions at the field's speedup: (blocks measured, kept) each.
+    decisions: Sequence[tuple[int, bool]]
+    # Canaries of keys that sweep their draft length (the lab's canary play), and keys in all.
     canaries: int
+    keys: int
+    design: Design = DESIGN
+
+    def canary_count(self) -> int:
+        """Units that roll out first: a canary per key, or in lock-step only the sweeping keys'."""
+        return self.canaries if self.design.lockstep else self.keys
+
+    def budgets(self) -> list[Budget]:
+        """Each simulated decision's budget on a real unit."""
+        return [unit_budget(self.design, self.bench, self.speed, self.starts, blocks, kept)
+                for blocks, kept in self.decisions]
 
 
 def control_seconds(phase: Phase, lab_units: int, real: Real, units: int | None = None) -> float:
@@ -211,35 +393,38 @@ def control_seconds(phase: Phase, lab_units: int, real: Real, units: int | None 
     return max(unit_side, controller_side)
 
 
-def real_serving(phase: Phase, real: Real) -> dict[str, float]:
-    """Per lab host: its container starts and benchmark blocks on a real unit (seconds). A
-    start that started nothing (the server already ran the spec, a removal) keeps its lab time."""
-    seconds: dict[str, float] = {}
+def golden_starts(phase: Phase, real: Real) -> float:
+    """The pre-warm on real units: its slowest golden unit's starts, each compiling (its compile
+    cache is what the pre-warm makes) and, without JIT caches kept, compiling its kernels."""
+    per_host: dict[str, float] = {}
     for action, hosts in phase.timed:
         for host, timed in hosts.items():
-            if action == START_ACTION:
-                value = (real.start_cold_s if timed.cold else real.start_warm_s) if timed.started else timed.seconds
-            else:
-                value = timed.seconds * real.bench_scale.get(host, 1.0)
-            seconds[host] = seconds.get(host, 0.0) + value
-    return seconds
+            if action == START_ACTION and timed.started:
+                per_host[host] = per_host.get(host, 0.0) + real.starts.seconds(compile_cold=timed.cold, jit_cold=True)
+    return max(per_host.values(), default=0.0)
 
 
-def project_waves(waves: Sequence[Phase], real: Real) -> list[dict[str, Any]]:
-    """The real event's waves (Ansible's batches of its units less the canaries), each as
-    long as the lab's mean wave control and the slowest lab unit's serving on a real unit,
-    once per round of forks."""
+def project_measuring(waves: Sequence[Phase], real: Real) -> list[dict[str, Any]]:
+    """The real event's measuring units (all but the canaries): each decision's budget from the
+    simulated ones, in the design's serial batches, each as long as the lab's mean wave control
+    and its expected slowest unit's decision, once per round of forks (in lock-step a wave waits
+    for its slowest unit at every task; on their own, a batch waits for its slowest unit once;
+    a round of forks each: an upper bound off lock-step, where a unit starts as a fork frees)."""
     if not waves:
         return []
     control = sum(p.control_wall() for p in waves) / len(waves)
     cpu_per_unit = sum(p.cpu_s for p in waves) / max(sum(len(p.hosts) for p in waves), 1)
-    slowest = max((s for p in waves for s in real_serving(p, real).values()), default=0.0)
+    seconds = [budget.work.seconds for budget in real.budgets()]
+    measuring = real.units - real.canary_count()
+    sizes = serial_batches(measuring, real.design.serial)
     rows = []
-    for number, size in enumerate(serial_batches(real.units - real.canaries, real.serial), start=1):
+    for number, size in enumerate(sizes, start=1):
         each = rounds(size, real.forks)
-        rows.append({"phase": f"wave {number}", "units": size,
+        slowest = expected_max(seconds, min(size, real.forks))
+        name = f"wave {number}" if real.design.lockstep else "measuring" + (f", batch {number}" if number > 1 else "")
+        rows.append({"phase": name, "units": size,
                      "seconds": max(control * each, cpu_per_unit * size / real.controller_cores) + slowest * each,
-                     "bound": f"slowest unit's starts and benchmarks {slowest:.0f} s"
+                     "bound": f"slowest of {min(size, real.forks)} units' decisions {slowest:.0f} s"
                               + (f", {each} rounds of forks" if each > 1 else "")})
     return rows
 
@@ -263,19 +448,29 @@ def project(lab: Sequence[Phase], lab_units: int, real: Real) -> list[dict[str, 
             rows.append({"phase": phase.name, "units": real.units, "seconds": control + transfer,
                          "bound": f"{size / 1e9:.1f} GB fanned out {transfer:.0f} s"})
         elif phase.kind == "prewarm":
-            golden = max(real_serving(phase, real).values(), default=0.0)
+            golden = golden_starts(phase, real)
             rows.append({"phase": phase.name, "units": real.units, "seconds": control + golden,
                          "bound": f"golden unit's starts {golden:.0f} s"})
         elif phase.name == CANARY_PHASE:
-            if not real.canaries:
-                continue  # no key sweeps its draft length: the canary play starts nothing
-            slowest = max(real_serving(phase, real).values(), default=0.0)
-            rows.append({"phase": phase.name, "units": real.canaries,
-                         "seconds": control_seconds(phase, lab_units, real, real.canaries) + slowest,
-                         "bound": f"slowest canary's starts and benchmarks {slowest:.0f} s"})
+            if not real.canary_count():
+                continue  # no unit rolls out first: the canary play starts nothing
+            slowest = canary_seconds(phase, real)
+            rows.append({"phase": phase.name, "units": real.canary_count(),
+                         "seconds": control_seconds(phase, lab_units, real, real.canary_count()) + slowest,
+                         "bound": f"slowest of {real.canary_count()} canaries' decisions {slowest:.0f} s"})
         elif phase is waves[0]:
-            rows.extend(project_waves(waves, real))
+            rows.extend(project_measuring(waves, real))
     return rows
+
+
+def canary_seconds(phase: Phase, real: Real) -> float:
+    """The canaries on real units, every key at once: the slowest of as many decisions, and no
+    less than a sweep of as many blocks as the lab's canary measured (its last k kept)."""
+    swept = max((sum(1 for action, hosts in phase.timed if action == BENCH_ACTION and host in hosts)
+                 for host in phase.timed_hosts()), default=0)
+    sweep = unit_budget(real.design, real.bench, real.speed, real.starts, swept, kept=True).work.seconds
+    drawn = expected_max([budget.work.seconds for budget in real.budgets()], real.canary_count())
+    return max(sweep, drawn)
 
 
 def critical(rows: Iterable[Mapping[str, Any]]) -> tuple[float, Mapping[str, Any]]:

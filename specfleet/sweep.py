@@ -1,4 +1,9 @@
-"""Measured draft length: each key's canary sweeps ``num_speculative_tokens``.
+"""Each key's canary, and the draft length it measures: ``num_speculative_tokens``.
+
+The first unit of each key (device class, unit memory, model, method, image: what decides a
+speculative serving's figures) in the play is its canary, and rolls out before the key's other
+units (playbooks/rollout.yml): a candidate that fails there is not tried on the key's other
+units, which serve their baseline with the canary named as the reason.
 
 NVIDIA's jetson-speculative-decoding skill starts k at 5 on Thor and 3 on AGX Orin and says a
 longer draft pays "only if the draft acceptance rate is >0.6". Which k pays on a given unit,
@@ -6,8 +11,7 @@ model and method is a measurement, not a rule of thumb: on a fast target every d
 position costs a sizeable share of a step, and a long draft can lose on open chat what it wins
 on code edits.
 
-So the first unit of each key (device class, unit memory, model, method, image: what decides
-the figures) in the play is its canary. It measures the key's candidate at each k of
+So where its class has a sweep, a key's canary measures the key's candidate at each k of
 ``specfleet_spec_tokens_sweep`` (per class), interleaved with its baseline (A, B(k1), A, B(k2),
 A, ...), each k judged by the gate on the baseline blocks either side of it; then, when the
 best k is the longest planned and its drafts are accepted more than 60 % of the time, one
@@ -57,13 +61,24 @@ def for_plan(plan: Mapping[str, Any], policy: Mapping[str, Any]) -> dict[str, An
 
 
 def canaries(plans: Iterable[Mapping[str, Any] | None]) -> dict[str, str]:
-    """key -> host: the first unit (in the order given, the inventory's) of each key that sweeps."""
+    """key -> host: the first unit (in the order given, the inventory's) of each key; plans with
+    nothing to measure (refused, no speculation, another engine) have none."""
     found: dict[str, str] = {}
     for plan in plans:
-        planned = (plan or {}).get("sweep")
-        if planned:
-            found.setdefault(planned["key"], plan["host"])
+        plan_key = key(plan or {})
+        if plan_key is not None:
+            found.setdefault(plan_key, plan["host"])  # type: ignore[index]
     return found
+
+
+def not_tried(plan: Mapping[str, Any], canary: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """A key's later unit whose canary failed: the candidate is not tried here; the unit serves
+    its baseline only (as a plan where no method fits), with the canary's failure as the reason."""
+    cause = (outcome.get("reasons") or ["no reason recorded"])[0]
+    return {**copy.deepcopy(dict(plan)), "speculative": None, "oom_retry": None, "sweep": None, "batch_table": None,
+            "serving": {**plan["baseline_serving"], "kind": "speculative"},
+            "reasons": [*plan["reasons"], f"not tried here: {canary}, the canary of this unit's key, failed "
+                                          f"({cause}); serving the baseline only"]}
 
 
 def with_tokens(spec: Mapping[str, Any], tokens: int) -> dict[str, Any]:
@@ -205,21 +220,26 @@ def recorded(record: Mapping[str, Any] | None, plan: Mapping[str, Any]) -> dict[
 
 
 def unit_plan(plan: Mapping[str, Any], host: str, canaries_: Mapping[str, str], own_record: Mapping[str, Any],
-              canary_record: Mapping[str, Any] | None, remeasure: bool) -> tuple[dict[str, Any], bool]:
-    """(the plan a unit rolls out with, whether it sweeps). A key's canary (``canaries_``: key ->
-    host) sweeps, unless its own record keeps the key's choice (and no re-measure is asked): then
-    it plans that, as the key's other units plan what their canary's record keeps
-    (``canary_record``), or the planned k, with the reason, when it chose none."""
+              canary_state: Mapping[str, Any] | None, remeasure: bool) -> tuple[dict[str, Any], bool]:
+    """(the plan a unit rolls out with, whether it sweeps). A key's later unit whose canary
+    (``canaries_``: key -> host; ``canary_state``: its rollout) failed does not try the candidate
+    (``not_tried``). A key's canary sweeps, unless its own record keeps the key's choice (and no
+    re-measure is asked): then it plans that, as the key's other units plan what their canary's
+    record keeps, or the planned k, with the reason, when it chose none."""
+    plan_key = key(plan)
+    canary = canaries_.get(plan_key) if plan_key else None
+    outcome = (canary_state or {}).get("outcome") or {}
+    if canary is not None and canary != host and outcome.get("decision") == "failed":
+        return not_tried(plan, canary, outcome), False
     planned = plan.get("sweep")
-    canary = canaries_.get(planned["key"]) if planned else None
-    if canary is None:
+    if canary is None or not planned:
         return dict(plan), False
     if canary == host:
         found = None if remeasure else recorded(own_record, plan)
         if found is None:
             return dict(plan), True
     else:
-        found = recorded(canary_record, plan)
+        found = recorded((canary_state or {}).get("record"), plan)
     own = serving.speculation(plan["serving"])["num_speculative_tokens"]
     if found is None:
         return {**plan, "sweep": {**planned, "canary": canary, "chosen": None},

@@ -4,9 +4,10 @@
 
 The decisions are pure functions in specfleet.rollout; this plugin hands them the step's
 inputs and the unit's rollout state (the fact ``specfleet_rollout``), and sets the new
-state as that fact. At the start, a unit of a sweep key whose canary chose a draft length
-(specfleet.sweep, ``specfleet_canaries`` from facts.yml) has its plan (the fact
-``specfleet_plan``) set to that length for the rest of its rollout. Its documentation is the doc-only module
+state as that fact. At the start, a unit whose key's canary (specfleet.sweep,
+``specfleet_canaries`` from facts.yml) failed has its plan (the fact ``specfleet_plan``) set
+to its baseline only, and one whose canary chose a draft length to that length, for the rest
+of its rollout. Its documentation is the doc-only module
 plugins/modules/specfleet_rollout.py, where ansible-doc reads it.
 """
 
@@ -92,17 +93,16 @@ class ActionModule(ActionBase):
         return {**result, "changed": False, "ansible_facts": {**facts, "specfleet_rollout": state}}
 
     def _unit_plan(self, plan, args, task_vars):
-        """The plan this unit rolls out with (a sweep key's choice), and whether it is its key's
-        canary and sweeps."""
+        """The plan this unit rolls out with (its key's canary failed: the baseline only; a sweep
+        key's choice), and whether it is its key's canary and sweeps."""
         canaries = self._templar.template(task_vars.get("specfleet_canaries")) or {}
-        planned = plan.get("sweep")
-        canary = canaries.get(planned["key"]) if planned else None
-        canary_record = None
+        plan_key = sweep.key(plan)
+        canary = canaries.get(plan_key) if plan_key else None
+        canary_state = None
         if canary and canary != task_vars["inventory_hostname"]:
             canary_state = self._templar.template(task_vars["hostvars"][canary].get("specfleet_rollout"))
-            canary_record = (canary_state or {}).get("record")
         return sweep.unit_plan(plan, task_vars["inventory_hostname"], canaries, release.parse(args["record"]),
-                               canary_record, boolean(args["remeasure"], strict=True))
+                               canary_state, boolean(args["remeasure"], strict=True))
 
     def _step(self, step, state, plan, args, task_vars, run_id):
         if step == "start":

@@ -85,7 +85,7 @@ class FilterModule:
             "serving_files": serving.files,
             "serving_required_mib": serving.required_mib,
             "apt_uninstallable": bootstrap.uninstallable,
-            "sweep_canaries": sweep.canaries,
+            "canaries": sweep.canaries,
             "file_sha256": unit_checks.file_sha256,
             "image_room_check": unit_checks.image_room_check,
             "tiktoken_files": unit_checks.tiktoken_files,

@@ -25,6 +25,7 @@ lab/build/bench/evening.json. The last line reads
 
 from __future__ import annotations
 
+import argparse
 import configparser
 import dataclasses
 import json
@@ -44,13 +45,19 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))  # the fan-out benchmark's report reader
 
 import fanout as fanout_bench  # noqa: E402
+import gate_accuracy  # noqa: E402
 from specfleet_lab import aptmirror, lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
 
 from specfleet import evening  # noqa: E402
 from specfleet.catalog import load_catalog  # noqa: E402
+from specfleet.policy import merge as merge_policy  # noqa: E402
+
+prompts = sys.modules["ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts"]
 
 FIELD = REPO / "tests" / "bench" / "data" / "evening_field.yml"
+# The inventory whose bench settings the projection uses: the event's own.
+EVENT_INVENTORY = Path(os.environ.get("SPECFLEET_BENCH_EVENT_INVENTORY", REPO / "inventory" / "workshop"))
 REAL_UNITS = int(os.environ.get("SPECFLEET_BENCH_REAL_UNITS", "60"))
 GIB = 2**30
 
@@ -66,7 +73,7 @@ def ansible_forks() -> int:
 
 
 def rollout_serial() -> list:
-    """The waves play's default serial, as playbooks/rollout.yml writes it."""
+    """The measuring play's default serial, as playbooks/rollout.yml writes it."""
     text = (REPO / "playbooks" / "rollout.yml").read_text()
     found = re.search(r"specfleet_rollout_serial \| default\((\[.*?\])\)", text)
     if not found:
@@ -99,29 +106,56 @@ def payload_sizes(units: list[dict], field: dict) -> dict[str, float]:
     return {"models": models, "image": image}
 
 
-def bench_scale(units: list[dict], field: dict) -> dict[str, float]:
-    """Per lab host: the real unit's TPOT over the lab's (its baseline, first workload, c=1)."""
-    scale = {}
-    for unit in units:
-        baseline = (unit.get("baseline") or {}).get("results") or {}
-        lab_tpot = next((w["c1"]["tpot_ms"]["p50"] for w in baseline.values() if w.get("c1")), None)
-        figures = field["classes"].get(unit["device_class"])
-        if lab_tpot is None:
-            continue
-        if not figures or unit["model"] not in figures["decode_tok_s"]:
-            raise SystemExit(f"{FIELD}: classes.{unit['device_class']}.decode_tok_s has no figure for {unit['model']}")
-        scale[unit["host"]] = 1000.0 / figures["decode_tok_s"][unit["model"]] / lab_tpot
-    return scale
-
-
-def start_seconds(units: list[dict], field: dict) -> tuple[float, float]:
-    """(cold, warm) container start of the slowest class the lab's units were."""
-    classes = {unit["device_class"] for unit in units}
-    missing = sorted(c for c in classes if c not in field["classes"])
+def event_bench(inventory: Path, workloads: list[str]) -> evening.Bench:
+    """What each block sends on the event: the rollout play's spec_bench defaults
+    (playbooks/rollout.yml's module_defaults), with the event inventory's specfleet_bench_*
+    values in their place, and the shipped prompt sets' sizes."""
+    text = (REPO / "playbooks" / "rollout.yml").read_text()
+    values = {name: int(default) for name, default in
+              re.findall(r"specfleet_bench_(\w+) \| default\((\d+)\)", text)}
+    missing = sorted({"warmups", "repetitions", "requests", "output_check", "max_tokens"} - set(values))
     if missing:
-        raise SystemExit(f"{FIELD}: classes has no figures for {', '.join(missing)}")
-    return (max(field["classes"][c]["start_cold_s"] for c in classes),
-            max(field["classes"][c]["start_warm_s"] for c in classes))
+        raise SystemExit(f"playbooks/rollout.yml: no specfleet_bench_* default for {', '.join(missing)}")
+    for path in sorted((inventory / "group_vars").rglob("*.yml")):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if name.startswith("specfleet_bench_") and name.removeprefix("specfleet_bench_") in values:
+                values[name.removeprefix("specfleet_bench_")] = int(value)
+    return evening.Bench(set_sizes={w: len(prompts.entries(w)) for w in workloads}, **values)
+
+
+def event_speed(units: list[dict], field: dict) -> tuple[evening.Speed, evening.Starts, str]:
+    """A real unit serving the plan the lab served (its class and model), from the field table:
+    the slowest of the lab units' classes and models."""
+    found = []
+    for unit in units:
+        figures = field["classes"].get(unit["device_class"])
+        if not figures:
+            raise SystemExit(f"{FIELD}: classes has no figures for {unit['device_class']}")
+        rates = figures["decode_tok_s"].get(unit["model"])
+        if rates is None:
+            raise SystemExit(f"{FIELD}: classes.{unit['device_class']}.decode_tok_s has no figure for {unit['model']}")
+        speed = evening.Speed(tpot_ms={1: 1000.0 / rates["c1"], 8: 8000.0 / rates["c8"]},
+                              ttft_ms={1: figures["ttft_ms"]["c1"], 8: figures["ttft_ms"]["c8"]},
+                              speedup={1: figures["speedup"]["c1"], 8: figures["speedup"]["c8"]})
+        starts = evening.Starts(figures["start_warm_s"], figures["start_compile_s"], figures["start_jit_s"])
+        found.append((speed.tpot_ms[1], speed, starts, f"{unit['device_class']}, {unit['model']}"))
+    if not found:
+        raise SystemExit("the fleet report has no unit to project")
+    _, speed, starts, what = max(found, key=lambda entry: entry[0])
+    return speed, starts, what
+
+
+def simulated_decisions(speed: evening.Speed, looks: dict) -> list[tuple[int, bool]]:
+    """(blocks, kept) of decisions simulated at the field's speedup, under the calibration
+    benchmark's field noise and the shipped policy (tests/bench/gate_accuracy.py)."""
+    noise = next(model for model in gate_accuracy.MODELS if model.name == "field")
+    generator = gate_accuracy.random.Random(f"evening-{looks['seed']}-{speed.speedup[1]}")
+    decisions = []
+    for _ in range(looks["decisions"]):
+        unit = gate_accuracy.Unit(noise, speed.speedup[1], speed.speedup[8], generator)
+        kept, blocks = gate_accuracy.rollout(unit)
+        decisions.append((blocks, kept))
+    return decisions
 
 
 def fanout_16(field: dict) -> tuple[float, int, str]:
@@ -161,17 +195,10 @@ def run_evening(cfg: LabConfig, work: Path) -> tuple[list[dict], dict, int, floa
     return json.loads(timeline.read_text()), json.loads(reports[-1].read_text()), result.returncode, wall
 
 
-def main() -> int:
-    if os.geteuid() != 0:
-        print("the benchmark needs root (it brings up the lab)", file=sys.stderr)
-        return 2
-    units = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+def lab_evening(units: int, work: Path) -> dict:
+    """Bring up ``units`` stock lab units, run the evening on them, take the lab down; what the
+    projection reads of the run (also written to ``work``/run.json for ``--replay``)."""
     cfg = LabConfig()
-    if lab.status(cfg)["lab"] != "down":
-        print("a lab is up; run `specfleet lab down` first (this benchmark needs its own)", file=sys.stderr)
-        return 2
-    field = yaml.safe_load(FIELD.read_text())
-    work = Path(tempfile.mkdtemp(prefix="sf-bench-evening-"))
     try:
         say(f"lab up: {units} stock units (workshop profile)")
         started = time.monotonic()
@@ -185,72 +212,122 @@ def main() -> int:
         if lab.status(cfg)["lab"] != "down":
             say("lab down")
             lab.down(cfg)
+    run = {"units": units, "lab_up_s": lab_up_s, "packages": packages, "events": events, "report": report,
+           "rc": rc, "wall": wall}
+    (work / "run.json").write_text(json.dumps(run) + "\n")
+    return run
 
-    phases = evening.phases(events)
+
+def budget_row(label: str, budget: evening.Budget) -> str:
+    work = budget.work
+    return (f"  {label:<24} {budget.starts:>6} {budget.blocks:>6} {work.requests:>8} {work.tokens:>8} "
+            f"{work.seconds:>8.0f}  ({budget.start_seconds:.0f} s of it starting)")
+
+
+def print_budgets(real: evening.Real, what: str, inventory: Path) -> None:
+    """Per design, the budget of a unit deciding at the first look, at the median, the 90th
+    percentile and the most blocks the simulated decisions took."""
+    bench, speed = real.bench, real.speed
+    sizes = "+".join(str(size) for size in bench.set_sizes.values())
+    print(f"per unit, with {inventory.relative_to(REPO)}'s bench settings: {sizes} prompts "
+          f"({'+'.join(bench.set_sizes)}) at c={','.join(map(str, bench.concurrency))}, "
+          f"{bench.requests or 'set size'} requests a run, {bench.max_tokens} tokens at most, "
+          f"{bench.warmups} warm-up, output check {bench.output_check}; {what}: TPOT "
+          f"{speed.tpot_ms[1]:.1f} / {speed.tpot_ms[8]:.1f} ms, TTFT {speed.ttft_ms[1]:.0f} / "
+          f"{speed.ttft_ms[8]:.0f} ms at c=1 / c=8, candidate {speed.speedup[1]:.2f}x / {speed.speedup[8]:.2f}x; start "
+          f"{real.starts.warm_s:.0f} s warm, +{real.starts.jit_s:.0f} s JIT, +{real.starts.compile_s:.0f} s compile")
+    blocks = sorted(b for b, _ in real.decisions)
+    counts = {b: blocks.count(b) for b in sorted(set(blocks))}
+    kept = sum(1 for _, k in real.decisions if k)
+    print(f"looks: {len(blocks)} decisions simulated at {speed.speedup[1]:.2f}x (field noise), kept {kept}; blocks "
+          + ", ".join(f"{b}: {100 * n / len(blocks):.0f}%" for b, n in counts.items()))
+    marks = {"first look": 3, "median": blocks[len(blocks) // 2], "90th percentile": blocks[int(0.9 * len(blocks))],
+             "most": blocks[-1]}
+    for design in dict.fromkeys((evening.BEFORE, evening.DESIGN)):
+        print(f"{design.name:<26} {'starts':>6} {'blocks':>6} {'requests':>8} {'tokens':>8} {'seconds':>8}")
+        for label, count in marks.items():
+            budget = evening.unit_budget(design, bench, speed, real.starts, count, kept=kept * 2 >= len(blocks))
+            print(budget_row(f"{label} ({count} blocks)", budget))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("units", nargs="?", type=int, default=16)
+    parser.add_argument("--replay", type=Path, help="project a run.json an earlier run left instead of running")
+    args = parser.parse_args()
+    field = yaml.safe_load(FIELD.read_text())
+    if args.replay:
+        run = json.loads(args.replay.read_text())
+    else:
+        if os.geteuid() != 0:
+            print("the benchmark needs root (it brings up the lab)", file=sys.stderr)
+            return 2
+        if lab.status(LabConfig())["lab"] != "down":
+            print("a lab is up; run `specfleet lab down` first (this benchmark needs its own)", file=sys.stderr)
+            return 2
+        run = lab_evening(args.units, Path(tempfile.mkdtemp(prefix="sf-bench-evening-")))
+    units, wall, rc, packages = run["units"], run["wall"], run["rc"], run["packages"]
+    phases = evening.phases(run["events"])
+    report = run["report"]
     report_units = report["units"] if isinstance(report["units"], list) else list(report["units"].values())
     summary = report["summary"]
     f16, f16_pieces, f16_source = fanout_16(field)
-    cold, warm = start_seconds(report_units, field)
+    speed, starts, what = event_speed(report_units, field)
     canaries = next((len(p.timed_hosts()) for p in phases if p.name == evening.CANARY_PHASE), 0)
     real = evening.Real(
         units=REAL_UNITS, forks=ansible_forks(), controller_cores=field["controller"]["cores"],
         link_bytes_s=field["network"]["link_gbit"] * 1e9 / 8, fanout_16=f16,
         fanout_pieces=f16_pieces, payload_bytes=payload_sizes(report_units, field),
-        package_bytes=packages, start_cold_s=cold,
-        start_warm_s=warm, bench_scale=bench_scale(report_units, field),
-        serial=rollout_serial(), canaries=canaries)
-    rows = evening.project(phases, units, real)
+        package_bytes=packages, starts=starts, bench=event_bench(EVENT_INVENTORY, list(
+            merge_policy({})["specfleet_gate_workloads"])), speed=speed,
+        decisions=simulated_decisions(speed, field["looks"]), canaries=canaries,
+        keys=len({(u["device_class"], u["model"], u["method"], u["image"]) for u in report_units if u.get("method")}))
+    if list(evening.DESIGN.serial) != rollout_serial():
+        raise SystemExit(f"specfleet.evening.DESIGN.serial {evening.DESIGN.serial} is not playbooks/rollout.yml's "
+                         f"{rollout_serial()}")
+    designs = {design.name: dataclasses.replace(real, design=design)
+               for design in (evening.BEFORE, evening.DESIGN)}
+    projected = {name: evening.project(phases, units, variant) for name, variant in designs.items()}
+    rows = projected[evening.DESIGN.name]
     total, longest = evening.critical(rows)
-    # The same plan with one setting changed: what would shorten the evening.
-    waves = [r["units"] for r in rows if r["phase"].startswith("wave ") and r["phase"] != evening.CANARY_PHASE]
-    variants = {
-        f"forks = {max(waves)} (ansible.cfg has {real.forks}): the largest wave in one round":
-            dataclasses.replace(real, forks=max(waves)),
-        "specfleet_rollout_serial [1, '25%', '100%'] (one wave fewer)":
-            dataclasses.replace(real, serial=[1, "25%", "100%"]),
-    }
-    shorter = {label: evening.critical(evening.project(phases, units, variant))[0]
-               for label, variant in variants.items()}
     lab_longest = max(phases, key=lambda p: p.wall_s)
 
     out = REPO / "lab" / "build" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     record = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
-        "units": units, "rc": rc, "lab_up_s": round(lab_up_s, 1), "wall_s": round(wall, 1),
+        "units": units, "rc": rc, "lab_up_s": round(run["lab_up_s"], 1), "wall_s": round(wall, 1),
         "decisions": {k: summary.get(k) for k in ("units", "kept", "reverted", "failed")},
         "phases": [{"phase": p.name, "kind": p.kind, "wall_s": round(p.wall_s, 1),
                     "controller_cpu_s": round(p.cpu_s, 1), "units": len(p.hosts),
                     "starts_and_benchmarks_s": round(p.timed_wall(), 1)} for p in phases],
         "real": {"units": REAL_UNITS, "fanout_s_over_b_16": f16, "fanout_source": f16_source,
-                 "payload_bytes": dict(real.payload_bytes), "package_bytes": packages,
-                 "bench_scale": {h: round(v, 2) for h, v in real.bench_scale.items()}},
-        "projection": [{**r, "seconds": round(r["seconds"], 1)} for r in rows],
-        "projected_total_s": round(total, 1),
-        "shorter": {label: round(seconds, 1) for label, seconds in shorter.items()},
+                 "payload_bytes": dict(real.payload_bytes), "package_bytes": packages, "serving": what},
+        "projection": {name: [{**r, "seconds": round(r["seconds"], 1)} for r in found]
+                       for name, found in projected.items()},
+        "projected_total_s": {name: round(evening.critical(found)[0], 1) for name, found in projected.items()},
     }
     (out / "evening.json").write_text(json.dumps(record, indent=1) + "\n")
 
-    print(f"lab: {units} stock units (workshop: Jetson AGX Thor, EMULATED), lab up {lab_up_s:.0f} s (not counted); "
-          f"ansible-playbook rc {rc}; kept/reverted/failed "
+    print(f"lab: {units} stock units (workshop: Jetson AGX Thor, EMULATED), lab up {run['lab_up_s']:.0f} s "
+          f"(not counted); ansible-playbook rc {rc}; kept/reverted/failed "
           f"{summary.get('kept')}/{summary.get('reverted')}/{summary.get('failed')}")
     print(f"{'phase':<22} {'wall s':>8} {'ctl CPU s':>10} {'units':>6} {'starts+bench s':>15}")
     for p in phases:
         print(f"{p.name:<22} {p.wall_s:>8.1f} {p.cpu_s:>10.1f} {len(p.hosts):>6} {p.timed_wall():>15.1f}")
     print(f"{'total':<22} {sum(p.wall_s for p in phases):>8.1f} {sum(p.cpu_s for p in phases):>10.1f}")
     print()
+    print_budgets(real, what, EVENT_INVENTORY)
+    print()
     print(f"projected: {REAL_UNITS} real units; link {field['network']['link_gbit']} Gbit/s; fan-out "
           f"{f16:.2f} S/B at 16 ({f16_source}); models {real.payload_bytes['models'] / 1e9:.1f} GB, image "
-          f"{real.payload_bytes['image'] / 1e9:.1f} GB per unit; packages {packages / 1e6:.0f} MB; start cold "
-          f"{real.start_cold_s:.0f} s / warm {real.start_warm_s:.0f} s; benchmark blocks x"
-          f"{min(real.bench_scale.values(), default=1):.1f}..{max(real.bench_scale.values(), default=1):.1f} "
-          f"(real TPOT over the lab's)")
-    print(f"{'phase':<22} {'units':>6} {'seconds':>9}  bound")
-    for r in rows:
-        print(f"{r['phase']:<22} {r['units']:>6} {r['seconds']:>9.0f}  {r['bound']}")
-    print(f"{'total':<22} {REAL_UNITS:>6} {total:>9.0f}  ({total / 3600:.1f} h)")
-    for label, seconds in shorter.items():
-        print(f"  with {label}: {seconds / 3600:.1f} h")
+          f"{real.payload_bytes['image'] / 1e9:.1f} GB per unit; packages {packages / 1e6:.0f} MB; forks {real.forks}")
+    for name, found in projected.items():
+        print(f"{name:<22} {'units':>6} {'seconds':>9}  bound")
+        for r in found:
+            print(f"  {r['phase']:<20} {r['units']:>6} {r['seconds']:>9.0f}  {r['bound']}")
+        seconds = evening.critical(found)[0]
+        print(f"  {'total':<20} {REAL_UNITS:>6} {seconds:>9.0f}  ({seconds / 3600:.1f} h)")
     hours, minutes = divmod(round(total / 60), 60)
     print(f"evening N={units}: lab {wall:.0f} s (bound by {lab_longest.name}); {REAL_UNITS} real units projected "
           f"{hours} h {minutes:02d} min (bound by {longest['phase']})")

@@ -169,12 +169,12 @@ def clear_faults() -> None:
 def known_good(fleet_lab):
     """Every unit prepared and rolled out without faults first: each has a known-good
     (earlier modules' fault switches cleared). One wave: this run only has to leave a
-    known-good on each unit, so canary waves would only make it longer. After the default
+    known-good on each unit. After the default
     lane's modules (the suite runs slow lanes last) it measures only the units whose
     candidate an earlier module's fault made fail. Per unit: its release record and the
     serving container it runs then (its known-good, config hash included)."""
     clear_faults()
-    result = playbook("site.yml", "-e", '{"specfleet_rollout_serial": ["100%"]}')
+    result = playbook("site.yml")
     assert result.returncode == 0, result.stdout[-6000:]
     # A candidate that failed under an earlier module's fault switch stays failed on a
     # re-run (as it should); measured again here without the switch, every unit enters
@@ -184,7 +184,7 @@ def known_good(fleet_lab):
               if any(entry["decision"] == "failed" for entry in release["decisions"].values())]
     if failed:
         again = playbook("rollout.yml", "-l", ",".join(failed), "-e",
-                         '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_remeasure": true}')
+                         '{"specfleet_rollout_remeasure": true}')
         assert again.returncode == 0, again.stdout[-6000:]
         releases.update({host: json.loads(ok(host, f"cat {RELEASE}")) for host in failed})
     before = {}
@@ -227,9 +227,7 @@ def faulted(known_good, tmp_path_factory):
         for watcher in watchers:
             watcher.start()
         runs = tmp_path_factory.mktemp("runs")
-        result = playbook("site.yml",
-                          "-e", '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100}',
-                          env={"SPECFLEET_RUNS_DIR": str(runs)})
+        result = playbook("site.yml", env={"SPECFLEET_RUNS_DIR": str(runs)})
         stop.set()
         run_dir = next(runs.iterdir())
         yield {

@@ -68,7 +68,6 @@ def faulted(fleet_lab, tmp_path_factory):
         before = {host: unit_state(host) for host in (DISK_FULL, GATED)}
         runs = tmp_path_factory.mktemp("runs")
         result = playbook("site.yml", "-l", f"{DISK_FULL},{GATED},{CONTROL}",
-                          "-e", '{"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100}',
                           env={"SPECFLEET_RUNS_DIR": str(runs)})
         run_dirs = list(runs.iterdir())
         assert run_dirs, f"site.yml wrote no report (rc {result.returncode}):\n{result.stdout[-6000:]}"

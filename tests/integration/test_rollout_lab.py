@@ -82,11 +82,9 @@ def rolled_out(fleet_lab, prepared, tmp_path_factory):
     for host, faults in FAULTS.items():
         lab.set_faults(fleet_lab, host, faults)
     runs = tmp_path_factory.mktemp("runs")
-    # The three faults are injected on purpose: one wave and no failure budget, so every unit
-    # is rolled out (Ansible ends a play outright when every host of a wave fails). Every unit
-    # is measured, whatever an earlier module's rollout decided for the same candidate.
-    settings = {"specfleet_rollout_serial": ["100%"], "specfleet_rollout_max_fail_percentage": 100,
-                "specfleet_rollout_remeasure": True}
+    # The three faults are injected on purpose; a failed canary stops only its own key. Every
+    # unit is measured, whatever an earlier module's rollout decided for the same candidate.
+    settings = {"specfleet_rollout_remeasure": True}
     result = playbook("rollout.yml", "-e", json.dumps(settings),
                       env={"SPECFLEET_RUNS_DIR": str(runs)})
     run_dir = next(runs.iterdir())

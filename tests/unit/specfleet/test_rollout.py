@@ -132,6 +132,28 @@ def test_an_inconclusive_verdict_measures_one_more_pair():
     assert "straddles" in state["outcome"]["measurement"]["deciding"], state["outcome"]["measurement"]
 
 
+def test_each_serving_runs_the_output_check_in_its_first_block_only():
+    """The gate compares a serving's answers once: its later blocks measure only what it reads."""
+    borderline = bench("speculative", 1.31, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
+    state = rollout.baseline_serving(started(), PLAN, RUN)
+    assert state["next_output_check"]
+    state = rollout.block_measured(state, PLAN, BASELINE_BENCH, POLICY)
+    assert state["next"] == "speculative" and state["next_output_check"]
+    state = rollout.block_measured(state, PLAN, borderline, POLICY)
+    assert state["next"] == "baseline" and not state["next_output_check"]
+    unchecked = {**BASELINE_BENCH, "outputs": {}}
+    state = rollout.block_measured(state, PLAN, unchecked, POLICY)
+    assert state["next"] == "speculative" and not state["next_output_check"]
+    assert [block["spec_id"] for block in state["blocks"]] == [state["baseline"]["spec_id"],
+                                                               state["candidate"]["spec_id"],
+                                                               state["baseline"]["spec_id"]]
+    # A serving whose first block brought no answers (an output check of 0) checks in its next.
+    fresh = rollout.block_measured(rollout.baseline_serving(started(), PLAN, RUN), PLAN, unchecked, POLICY)
+    assert fresh["next"] == "speculative" and fresh["next_output_check"]
+    fresh = rollout.block_measured(fresh, PLAN, borderline, POLICY)
+    assert fresh["next"] == "baseline" and fresh["next_output_check"]
+
+
 def test_an_earlier_decision_that_no_longer_starts_is_measured_again():
     kept = rollout.finish(gated(measured_baseline(started()), FAST), "r1")
     state = rollout.earlier_did_not_start(started(kept["record"]), "spec_config_rejected")
@@ -290,7 +312,8 @@ def test_draft_length_rule():
 
 
 # ---- a key's canary sweeps the draft length ---------------------------------------------------
-SWEEP_PLAN = {**PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
+KEY = sweep.key(PLAN)
+SWEEP_PLAN = {**PLAN, "sweep": {"key": KEY, "tokens": [2, 5]}}
 # As the emulator's Thor FP4 + EAGLE-3: the longer draft wins code edits and loses chat.
 SHORT_DRAFT = bench("speculative", 1.52, c8_speed=1.2, chat_speed=0.99, acceptance=ACCEPTANCE, seed=3)
 LONG_DRAFT = bench("speculative", 1.69, c8_speed=1.2, chat_speed=0.74, acceptance=ACCEPTANCE, seed=5)
@@ -299,7 +322,7 @@ LONG_DRAFT = bench("speculative", 1.69, c8_speed=1.2, chat_speed=0.74, acceptanc
 def canary_start(record: dict | None = None, plan: dict = SWEEP_PLAN, remeasure: bool = False) -> dict:
     """The start as the action takes it on the key's canary: its own record may keep the choice."""
     own = release.parse(json.dumps(record) if record else None)
-    unit_plan, sweeping = sweep.unit_plan(plan, "u", {"k1": "u"}, own, None, remeasure)
+    unit_plan, sweeping = sweep.unit_plan(plan, "u", {KEY: "u"}, own, None, remeasure)
     return rollout.start(unit_plan, json.dumps(record) if record else None, ENV, MOUNTS, ["HF_TOKEN"], remeasure,
                          sweeping, 5), unit_plan
 
@@ -340,7 +363,7 @@ def test_a_canary_measures_each_draft_length_and_keeps_the_best():
     assert any(reason.startswith("draft length measured: k=2 keep") for reason in outcome["reasons"])
     final = rollout.finish(state, "r1")
     assert final["record"]["known_good"] == state["serve"]
-    assert final["record"]["sweeps"]["k1"]["chosen"] == 2 and final["record"]["sweeps"]["k1"]["canary"] == "u"
+    assert final["record"]["sweeps"][KEY]["chosen"] == 2 and final["record"]["sweeps"][KEY]["canary"] == "u"
     assert rollout.unit_record(final, SWEEP_PLAN, "u", "r1")["num_speculative_tokens"] == 2
     # A re-run plans the kept k from the record and reuses the decision: nothing measured.
     again, again_plan = canary_start(final["record"])
@@ -355,20 +378,20 @@ def test_a_canary_measures_each_draft_length_and_keeps_the_best():
 
 
 def test_a_later_unit_keeps_its_canarys_choice_in_its_own_record():
-    canary_record = rollout.finish(swept(SHORT_DRAFT, LONG_DRAFT)[-1], "r1")["record"]
-    later_plan, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {"k1": "u"}, release.empty(), canary_record, False)
-    assert not sweeping and later_plan["sweep"] == {"key": "k1", "tokens": [2, 5], "canary": "u", "chosen": 2}
+    canary_state = rollout.finish(swept(SHORT_DRAFT, LONG_DRAFT)[-1], "r1")
+    later_plan, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {KEY: "u"}, release.empty(), canary_state, False)
+    assert not sweeping and later_plan["sweep"] == {"key": KEY, "tokens": [2, 5], "canary": "u", "chosen": 2}
     state = rollout.start(later_plan, None, ENV, MOUNTS, [], False, False, 5)
-    assert state["record"]["sweeps"]["k1"] == {"chosen": 2, "canary": "u", "tokens": [2, 5]}
+    assert state["record"]["sweeps"][KEY] == {"chosen": 2, "canary": "u", "tokens": [2, 5]}
     assert serving.speculation(state["candidate"])["num_speculative_tokens"] == 2
     # Run alone later, the unit is its key's first in the play: its record keeps the choice.
-    alone, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {"k1": "v"}, state["record"], None, False)
+    alone, sweeping = sweep.unit_plan(SWEEP_PLAN, "v", {KEY: "v"}, state["record"], None, False)
     assert not sweeping and alone["serving"] == later_plan["serving"]
     assert rollout.start(alone, json.dumps(state["record"]), ENV, MOUNTS, [], False, False, 5)["record"] == \
         state["record"]
     # Another sweep (other k) is not that choice: the unit sweeps.
-    other = {**SWEEP_PLAN, "sweep": {"key": "k1", "tokens": [2, 3]}}
-    assert sweep.unit_plan(other, "v", {"k1": "v"}, state["record"], None, False)[1]
+    other = {**SWEEP_PLAN, "sweep": {"key": KEY, "tokens": [2, 3]}}
+    assert sweep.unit_plan(other, "v", {KEY: "v"}, state["record"], None, False)[1]
 
 
 def test_a_canary_that_keeps_no_draft_length_reverts_with_the_planned_ks_reasons():
@@ -379,7 +402,7 @@ def test_a_canary_that_keeps_no_draft_length_reverts_with_the_planned_ks_reasons
     assert any("chat: throughput at c=1" in reason for reason in outcome["reasons"])  # k=5's own
     assert outcome["reasons"][-1].endswith("no k kept")
     final = rollout.finish(state, "r1")
-    assert final["record"]["sweeps"]["k1"]["chosen"] is None
+    assert final["record"]["sweeps"][KEY]["chosen"] is None
     again, again_plan = canary_start(final["record"])
     assert again["done"] and again["serve"] == state["baseline"]  # the revert, reused
     assert again_plan["reasons"][-1] == "num_speculative_tokens 5 as planned: u's sweep kept no draft length"
@@ -398,7 +421,7 @@ def test_one_longer_draft_is_measured_when_the_longest_is_best_and_mostly_accept
 
 
 def test_a_draft_length_that_does_not_start_is_a_revert_and_the_sweep_goes_on():
-    plan = {**RETRY_PLAN, "sweep": {"key": "k1", "tokens": [2, 5]}}
+    plan = {**RETRY_PLAN, "sweep": {"key": KEY, "tokens": [2, 5]}}
     state = measured_baseline(rollout.start(plan, None, ENV, MOUNTS, [], False, True, 5), plan)
     failed = rollout.candidate_did_not_start(state, plan, "Start the speculative serving", OOM)
     # The baseline serves in its place and is measured in this block; no lighter retry.

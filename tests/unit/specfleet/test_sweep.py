@@ -36,11 +36,13 @@ def test_the_first_unit_of_each_key_is_its_canary():
     assert plans[0]["sweep"] == {"key": sweep.key(plans[0]), "tokens": [2, 3, 5]}
     # TensorRT-LLM (DGX Spark) has no vLLM speculative config to sweep.
     assert sweep.for_plan({**spark, "serving": {"engine": "trtllm"}}, spark_policy) is None
+    # Every key has a canary, sweeping or not (Orin Nano sweeps nothing); a refused plan has none.
     found = sweep.canaries([*plans[:6], None])
-    assert sorted(found.values()) == ["orin-01", "thor-01", "thor-03"]
+    assert sorted(found.values()) == ["nano-01", "orin-01", "thor-01", "thor-03"]
     assert sweep.key(plans[0]) == sweep.key(plans[1]) != sweep.key(plans[3])
-    # A class whose sweep is empty measures its planned k only: no canary.
-    assert sweep.canaries([plan(entry["host"], entry["device_class"], policy=POLICY) for entry in plans[:4]]) == {}
+    # The key is what decides the figures, not whether the class sweeps.
+    unswept = [plan(entry["host"], entry["device_class"], entry["image"], policy=POLICY) for entry in plans[:4]]
+    assert sweep.canaries(unswept) == {key: host for key, host in found.items() if host != "nano-01"}
 
 
 def test_a_variant_drafts_k_tokens_and_keeps_the_rest():
@@ -105,18 +107,42 @@ def test_a_later_unit_takes_the_recorded_choice_or_says_why_not():
     canaries = sweep.canaries([canary, later])
     assert sweep.unit_plan(canary, "thor-01", canaries, {}, None, False) == (canary, True)
     record = {"sweeps": {canary["sweep"]["key"]: {"chosen": 2, "canary": "thor-01", "tokens": [2, 3, 5]}}}
-    chosen, sweeping = sweep.unit_plan(later, "thor-02", canaries, {}, record, False)
+    chosen, sweeping = sweep.unit_plan(later, "thor-02", canaries, {}, {"record": record}, False)
     assert not sweeping and chosen["speculative"]["num_speculative_tokens"] == 2
     assert chosen["serving"]["speculative_config"]["num_speculative_tokens"] == 2
     assert chosen["reasons"][-1] == "num_speculative_tokens 2 (planned 5): chosen by thor-01's sweep"
     assert later["serving"]["speculative_config"]["num_speculative_tokens"] == 5  # not changed in place
     record["sweeps"][canary["sweep"]["key"]]["chosen"] = None
-    same, _ = sweep.unit_plan(later, "thor-02", canaries, {}, record, False)
+    same, _ = sweep.unit_plan(later, "thor-02", canaries, {}, {"record": record}, False)
     assert same["serving"] == later["serving"]
     assert same["reasons"][-1] == "num_speculative_tokens 5 as planned: thor-01's sweep kept no draft length"
     assert sweep.unit_plan(later, "thor-02", canaries, {}, None, False)[0]["reasons"][-1].endswith("did not finish")
     # No canaries picked (a plan without a sweep, or a play that did not pick them): as planned.
     assert sweep.unit_plan(later, "thor-02", {}, {}, None, False) == (later, False)
+
+
+def test_a_failed_canary_keeps_its_candidate_off_its_keys_other_units():
+    """Sweeping or not: the key's later units serve their baseline only, the canary named; a
+    canary that decided (kept or reverted), or did not finish, lets them measure."""
+    baseline = serving.make("baseline", engine="vllm", image="img:1", model="m", port=8000, flags=[])
+    for policy in (SWEEP, POLICY):
+        canary, later = plan("thor-01", policy=policy), plan("thor-02", policy=policy, baseline_serving=baseline,
+                                                               oom_retry={"serving": {}}, batch_table={"x": 1})
+        canaries = sweep.canaries([canary, later])
+        failed = {"outcome": {"decision": "failed", "reasons": ["the speculative serving crashed", "more"]}}
+        found, sweeping = sweep.unit_plan(later, "thor-02", canaries, {}, failed, False)
+        assert not sweeping and found["speculative"] is None
+        assert found["serving"] == {**baseline, "kind": "speculative"}
+        assert (found["oom_retry"], found["sweep"], found["batch_table"]) == (None, None, None)
+        assert found["reasons"] == ["planned eagle3", "not tried here: thor-01, the canary of this unit's key, "
+                                                      "failed (the speculative serving crashed); serving the baseline "
+                                                      "only"]
+        # The canary itself, and units of other keys, are not held back by it.
+        assert sweep.unit_plan(canary, "thor-01", canaries, {}, failed, False)[0]["speculative"] == EAGLE3
+        other = plan("orin-01", "agx_orin", policy=policy)
+        assert sweep.unit_plan(other, "orin-01", canaries, {}, failed, False)[0]["speculative"] == EAGLE3
+        for decided in ({"outcome": {"decision": "reverted", "reasons": []}}, {"outcome": None}, None):
+            assert sweep.unit_plan(later, "thor-02", canaries, {}, decided, False)[0]["speculative"] == EAGLE3
 
 
 def test_a_plan_carries_its_sweep_and_the_plan_summary_shows_it(unit_facts):

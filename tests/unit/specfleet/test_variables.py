@@ -102,7 +102,8 @@ def test_values_are_shown_cut_short():
     ({"specfleet_run_id": "../../etc"}, "specfleet_run_id: must be a name of letters"),
     ({"specfleet_rollout_remeasure": "maybe"}, "specfleet_rollout_remeasure: must be true or false, got 'maybe'"),
     ({"specfleet_rollout_serial": [1, "0%"]}, "specfleet_rollout_serial: must be a count >= 1"),
-    ({"specfleet_rollout_max_fail_percentage": 150}, "specfleet_rollout_max_fail_percentage: must be a percentage"),
+    ({"specfleet_rollout_canary_max_fail_percentage": 150},
+     "specfleet_rollout_canary_max_fail_percentage: must be a percentage"),
     ({"specfleet_bench_requests": -4}, "specfleet_bench_requests: must be an integer >= 0, got -4"),
     ({"specfleet_bench_max_tokens": 1}, "specfleet_bench_max_tokens: must be an integer >= 2, got 1"),
 ])
@@ -115,7 +116,7 @@ def test_values_given_with_e_as_text_pass_as_ansible_reads_them():
     """`-e specfleet_rollout_remeasure=true` passes text; Ansible reads it as true."""
     assert variables.public_problems({
         "specfleet_rollout_remeasure": "true", "specfleet_rollout_serial": "5", "specfleet_bench_requests": "16",
-        "specfleet_rollout_max_fail_percentage": "50", "specfleet_bench_warmups": "0",
+        "specfleet_rollout_canary_max_fail_percentage": "50", "specfleet_bench_warmups": "0",
     }) == []
     assert variables.as_bool("no") is False and variables.as_bool("maybe") is None
     assert variables.as_integer("12") == 12 and variables.as_integer("1.5") is None
