@@ -196,7 +196,7 @@ class Bench:
     warmups: int = 1
     repetitions: int = 1
     output_check: int = 8
-    max_tokens: int = 256
+    max_tokens: int = 128
     warmup_tokens: int = 32
 
     def run_size(self, level: int, workload: str) -> int:
@@ -242,7 +242,8 @@ class Design:
     container compiles its kernels again); ``lockstep``: only keys that sweep have a canary and
     the other units measure in Ansible's serial waves, each task waiting for the wave's slowest
     unit; else each key's canary first, then every other unit at once, each on its own;
-    ``serial``: the measuring play's default batches (playbooks/rollout.yml)."""
+    ``serial``: the measuring play's default batches (playbooks/rollout.yml); ``forks``: ansible.cfg's;
+    ``max_tokens``: the rollout play's default output tokens per request."""
 
     name: str
     restart_per_block: bool
@@ -251,14 +252,18 @@ class Design:
     jit_cached: bool
     lockstep: bool
     serial: tuple[int | str, ...]
+    forks: int
+    max_tokens: int
 
 
 # What main did when issue 37 was filed (2026-12-06), and what it does now: each serving's
-# answers checked once, each key's canary first, then every other unit on its own.
+# answers checked once, 128 output tokens a request, each key's canary first, then every other
+# unit on its own.
 BEFORE = Design("before (main b5f57d3)", restart_per_block=True, check_every_block=True,
-                warm_every_block=True, jit_cached=False, lockstep=True, serial=(1, 3, "25%", "100%"))
+                warm_every_block=True, jit_cached=False, lockstep=True, serial=(1, 3, "25%", "100%"),
+                forks=30, max_tokens=256)
 DESIGN = Design("now", restart_per_block=True, check_every_block=False, warm_every_block=True,
-                jit_cached=False, lockstep=False, serial=("100%",))
+                jit_cached=False, lockstep=False, serial=("100%",), forks=60, max_tokens=128)
 
 
 @dataclass(frozen=True)
@@ -354,7 +359,6 @@ class Real:
     """What the projection needs to know about the real event."""
 
     units: int
-    forks: int
     controller_cores: int
     link_bytes_s: float
     fanout_16: float
@@ -388,7 +392,7 @@ def control_seconds(phase: Phase, lab_units: int, real: Real, units: int | None 
     CPU (grown with the units, spread over the real controller's cores)."""
     units = real.units if units is None else units
     control = phase.control_wall()
-    unit_side = control * rounds(units, real.forks) / rounds(lab_units, real.forks)
+    unit_side = control * rounds(units, real.design.forks) / rounds(lab_units, real.design.forks)
     controller_side = phase.cpu_s * units / max(lab_units, 1) / real.controller_cores
     return max(unit_side, controller_side)
 
@@ -419,12 +423,12 @@ def project_measuring(waves: Sequence[Phase], real: Real) -> list[dict[str, Any]
     sizes = serial_batches(measuring, real.design.serial)
     rows = []
     for number, size in enumerate(sizes, start=1):
-        each = rounds(size, real.forks)
-        slowest = expected_max(seconds, min(size, real.forks))
+        each = rounds(size, real.design.forks)
+        slowest = expected_max(seconds, min(size, real.design.forks))
         name = f"wave {number}" if real.design.lockstep else "measuring" + (f", batch {number}" if number > 1 else "")
         rows.append({"phase": name, "units": size,
                      "seconds": max(control * each, cpu_per_unit * size / real.controller_cores) + slowest * each,
-                     "bound": f"slowest of {min(size, real.forks)} units' decisions {slowest:.0f} s"
+                     "bound": f"slowest of {min(size, real.design.forks)} units' decisions {slowest:.0f} s"
                               + (f", {each} rounds of forks" if each > 1 else "")})
     return rows
 

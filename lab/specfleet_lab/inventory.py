@@ -151,7 +151,6 @@ def group_vars_all(
     data["specfleet_serve_extra_env"] = dict(EMULATOR_ENV)
     data["specfleet_serve_ulimits"] = {"stack": "67108864:67108864"}
     data["specfleet_bench_warmups"] = 1
-    data["specfleet_bench_max_tokens"] = 128
     data["specfleet_bench_requests"] = 8
     data["specfleet_bench_output_check"] = 4
     return data
@@ -183,7 +182,6 @@ ALL_COMMENTS = {
         "recipes (--ulimit stack=67108864)."
     ),
     "specfleet_bench_warmups": "LAB setting: shorter benchmarks so a rehearsal of a whole fleet fits on one machine.",
-    "specfleet_bench_max_tokens": "LAB setting: see specfleet_bench_warmups.",
     "specfleet_bench_output_check": "LAB setting: 4 prompts per workload in the output check (8 by default).",
     "specfleet_bench_requests": (
         "LAB setting: 8 requests per run at concurrency 1 (at concurrency 8 never fewer than 32), not\n"

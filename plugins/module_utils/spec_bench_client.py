@@ -1235,7 +1235,7 @@ def run_benchmark(
     warmups: int = 1,
     repetitions: int = 1,
     requests: int = 0,
-    max_tokens: int = 256,
+    max_tokens: int = 128,
     seed: int = 42,
     request_timeout: float = 300.0,
     deadline_s: float = 3600.0,

@@ -106,16 +106,22 @@ def payload_sizes(units: list[dict], field: dict) -> dict[str, float]:
     return {"models": models, "image": image}
 
 
-def event_bench(inventory: Path, workloads: list[str]) -> evening.Bench:
-    """What each block sends on the event: the rollout play's spec_bench defaults
-    (playbooks/rollout.yml's module_defaults), with the event inventory's specfleet_bench_*
-    values in their place, and the shipped prompt sets' sizes."""
+def rollout_bench_defaults() -> dict[str, int]:
+    """The rollout play's spec_bench defaults (playbooks/rollout.yml's module_defaults)."""
     text = (REPO / "playbooks" / "rollout.yml").read_text()
     values = {name: int(default) for name, default in
               re.findall(r"specfleet_bench_(\w+) \| default\((\d+)\)", text)}
     missing = sorted({"warmups", "repetitions", "requests", "output_check", "max_tokens"} - set(values))
     if missing:
         raise SystemExit(f"playbooks/rollout.yml: no specfleet_bench_* default for {', '.join(missing)}")
+    return values
+
+
+def event_bench(inventory: Path, workloads: list[str], design: evening.Design) -> evening.Bench:
+    """What each block sends on the event: the rollout play's spec_bench defaults (the
+    design's output tokens), with the event inventory's specfleet_bench_* values in their place,
+    and the shipped prompt sets' sizes."""
+    values = {**rollout_bench_defaults(), "max_tokens": design.max_tokens}
     for path in sorted((inventory / "group_vars").rglob("*.yml")):
         for name, value in (yaml.safe_load(path.read_text()) or {}).items():
             if name.startswith("specfleet_bench_") and name.removeprefix("specfleet_bench_") in values:
@@ -145,15 +151,24 @@ def event_speed(units: list[dict], field: dict) -> tuple[evening.Speed, evening.
     return speed, starts, what
 
 
-def simulated_decisions(speed: evening.Speed, looks: dict) -> list[tuple[int, bool]]:
+def event_policy(inventory: Path) -> dict:
+    """The gate's policy on the event: the shipped one with the event inventory's own values."""
+    given = {}
+    for path in sorted((inventory / "group_vars").rglob("*.yml")):
+        given.update({name: value for name, value in (yaml.safe_load(path.read_text()) or {}).items()
+                      if name.startswith("specfleet_gate_")})
+    return merge_policy(given)
+
+
+def simulated_decisions(speed: evening.Speed, looks: dict, policy: dict) -> list[tuple[int, bool]]:
     """(blocks, kept) of decisions simulated at the field's speedup, under the calibration
-    benchmark's field noise and the shipped policy (tests/bench/gate_accuracy.py)."""
+    benchmark's field noise and ``policy`` (tests/bench/gate_accuracy.py)."""
     noise = next(model for model in gate_accuracy.MODELS if model.name == "field")
     generator = gate_accuracy.random.Random(f"evening-{looks['seed']}-{speed.speedup[1]}")
     decisions = []
     for _ in range(looks["decisions"]):
         unit = gate_accuracy.Unit(noise, speed.speedup[1], speed.speedup[8], generator)
-        kept, blocks = gate_accuracy.rollout(unit)
+        kept, blocks = gate_accuracy.rollout(unit, policy)
         decisions.append((blocks, kept))
     return decisions
 
@@ -224,15 +239,12 @@ def budget_row(label: str, budget: evening.Budget) -> str:
             f"{work.seconds:>8.0f}  ({budget.start_seconds:.0f} s of it starting)")
 
 
-def print_budgets(real: evening.Real, what: str, inventory: Path) -> None:
+def print_budgets(designs: dict[str, evening.Real], what: str, inventory: Path) -> None:
     """Per design, the budget of a unit deciding at the first look, at the median, the 90th
-    percentile and the most blocks the simulated decisions took."""
-    bench, speed = real.bench, real.speed
-    sizes = "+".join(str(size) for size in bench.set_sizes.values())
-    print(f"per unit, with {inventory.relative_to(REPO)}'s bench settings: {sizes} prompts "
-          f"({'+'.join(bench.set_sizes)}) at c={','.join(map(str, bench.concurrency))}, "
-          f"{bench.requests or 'set size'} requests a run, {bench.max_tokens} tokens at most, "
-          f"{bench.warmups} warm-up, output check {bench.output_check}; {what}: TPOT "
+    percentile and the most blocks the simulated decisions took (the same decisions)."""
+    real = designs[evening.DESIGN.name]
+    speed = real.speed
+    print(f"per unit, with {inventory.relative_to(REPO)}'s bench settings; {what}: TPOT "
           f"{speed.tpot_ms[1]:.1f} / {speed.tpot_ms[8]:.1f} ms, TTFT {speed.ttft_ms[1]:.0f} / "
           f"{speed.ttft_ms[8]:.0f} ms at c=1 / c=8, candidate {speed.speedup[1]:.2f}x / {speed.speedup[8]:.2f}x; start "
           f"{real.starts.warm_s:.0f} s warm, +{real.starts.jit_s:.0f} s JIT, +{real.starts.compile_s:.0f} s compile")
@@ -243,10 +255,16 @@ def print_budgets(real: evening.Real, what: str, inventory: Path) -> None:
           + ", ".join(f"{b}: {100 * n / len(blocks):.0f}%" for b, n in counts.items()))
     marks = {"first look": 3, "median": blocks[len(blocks) // 2], "90th percentile": blocks[int(0.9 * len(blocks))],
              "most": blocks[-1]}
-    for design in dict.fromkeys((evening.BEFORE, evening.DESIGN)):
-        print(f"{design.name:<26} {'starts':>6} {'blocks':>6} {'requests':>8} {'tokens':>8} {'seconds':>8}")
+    for name, variant in designs.items():
+        bench = variant.bench
+        sizes = "+".join(str(size) for size in bench.set_sizes.values())
+        print(f"{name}: a block sends {sizes} prompts ({'+'.join(bench.set_sizes)}) at "
+              f"c={','.join(map(str, bench.concurrency))}, {bench.requests or 'the set size'} requests a run, "
+              f"{bench.max_tokens} tokens at most, {bench.warmups} warm-up, output check {bench.output_check}")
+        print(f"  {'':<24} {'starts':>6} {'blocks':>6} {'requests':>8} {'tokens':>8} {'seconds':>8}")
         for label, count in marks.items():
-            budget = evening.unit_budget(design, bench, speed, real.starts, count, kept=kept * 2 >= len(blocks))
+            budget = evening.unit_budget(variant.design, bench, speed, variant.starts, count,
+                                         kept=kept * 2 >= len(blocks))
             print(budget_row(f"{label} ({count} blocks)", budget))
 
 
@@ -273,19 +291,25 @@ def main() -> int:
     summary = report["summary"]
     f16, f16_pieces, f16_source = fanout_16(field)
     speed, starts, what = event_speed(report_units, field)
-    canaries = next((len(p.timed_hosts()) for p in phases if p.name == evening.CANARY_PHASE), 0)
+    policy = event_policy(EVENT_INVENTORY)
+    workloads = list(policy["specfleet_gate_workloads"])
+    # Keys whose canary swept its draft length (its record lists each k measured).
+    canaries = sum(1 for unit in report_units if (unit.get("sweep") or {}).get("measured"))
     real = evening.Real(
-        units=REAL_UNITS, forks=ansible_forks(), controller_cores=field["controller"]["cores"],
+        units=REAL_UNITS, controller_cores=field["controller"]["cores"],
         link_bytes_s=field["network"]["link_gbit"] * 1e9 / 8, fanout_16=f16,
         fanout_pieces=f16_pieces, payload_bytes=payload_sizes(report_units, field),
-        package_bytes=packages, starts=starts, bench=event_bench(EVENT_INVENTORY, list(
-            merge_policy({})["specfleet_gate_workloads"])), speed=speed,
-        decisions=simulated_decisions(speed, field["looks"]), canaries=canaries,
+        package_bytes=packages, starts=starts, bench=event_bench(EVENT_INVENTORY, workloads, evening.DESIGN),
+        speed=speed,
+        decisions=simulated_decisions(speed, field["looks"], policy), canaries=canaries,
         keys=len({(u["device_class"], u["model"], u["method"], u["image"]) for u in report_units if u.get("method")}))
-    if list(evening.DESIGN.serial) != rollout_serial():
-        raise SystemExit(f"specfleet.evening.DESIGN.serial {evening.DESIGN.serial} is not playbooks/rollout.yml's "
-                         f"{rollout_serial()}")
-    designs = {design.name: dataclasses.replace(real, design=design)
+    found = (list(evening.DESIGN.serial), evening.DESIGN.forks, evening.DESIGN.max_tokens)
+    shipped = (rollout_serial(), ansible_forks(), rollout_bench_defaults()["max_tokens"])
+    if found != shipped:
+        raise SystemExit(f"specfleet.evening.DESIGN: serial, forks, max_tokens {found}; playbooks/rollout.yml "
+                         f"and ansible.cfg: {shipped}")
+    designs = {design.name: dataclasses.replace(real, design=design,
+                                                bench=event_bench(EVENT_INVENTORY, workloads, design))
                for design in (evening.BEFORE, evening.DESIGN)}
     projected = {name: evening.project(phases, units, variant) for name, variant in designs.items()}
     rows = projected[evening.DESIGN.name]
@@ -317,17 +341,45 @@ def main() -> int:
         print(f"{p.name:<22} {p.wall_s:>8.1f} {p.cpu_s:>10.1f} {len(p.hosts):>6} {p.timed_wall():>15.1f}")
     print(f"{'total':<22} {sum(p.wall_s for p in phases):>8.1f} {sum(p.cpu_s for p in phases):>10.1f}")
     print()
-    print_budgets(real, what, EVENT_INVENTORY)
+    print_budgets(designs, what, EVENT_INVENTORY)
     print()
     print(f"projected: {REAL_UNITS} real units; link {field['network']['link_gbit']} Gbit/s; fan-out "
           f"{f16:.2f} S/B at 16 ({f16_source}); models {real.payload_bytes['models'] / 1e9:.1f} GB, image "
-          f"{real.payload_bytes['image'] / 1e9:.1f} GB per unit; packages {packages / 1e6:.0f} MB; forks {real.forks}")
+          f"{real.payload_bytes['image'] / 1e9:.1f} GB per unit; packages {packages / 1e6:.0f} MB")
     for name, found in projected.items():
         print(f"{name:<22} {'units':>6} {'seconds':>9}  bound")
         for r in found:
             print(f"  {r['phase']:<20} {r['units']:>6} {r['seconds']:>9.0f}  {r['bound']}")
         seconds = evening.critical(found)[0]
         print(f"  {'total':<20} {REAL_UNITS:>6} {seconds:>9.0f}  ({seconds / 3600:.1f} h)")
+    # The next steps, one at a time on this tree's design: what each would take off the evening.
+    steps = {
+        "JIT caches kept (FlashInfer, Triton)": {"jit_cached": True},
+        "both servers side by side (no restart between blocks)": {"restart_per_block": False,
+                                                                  "warm_every_block": False},
+    }
+    for label, change in steps.items():
+        variant = dataclasses.replace(real, design=dataclasses.replace(evening.DESIGN, **change))
+        seconds = evening.critical(evening.project(phases, units, variant))[0]
+        print(f"  with {label}: {seconds / 3600:.1f} h")
+    # The gate's budget on the night: fewer blocks bound the evening; the price is the units near
+    # a threshold it reverts as inconclusive (the simulated decisions at the field's speedup).
+    for budget in field["looks"]["budgets"]:
+        decisions = simulated_decisions(speed, field["looks"], {**policy, "specfleet_gate_max_blocks": budget})
+        seconds = evening.critical(evening.project(phases, units, dataclasses.replace(real, decisions=decisions)))[0]
+        kept = sum(1 for _, keep in decisions if keep)
+        print(f"  with specfleet_gate_max_blocks: {budget}: {seconds / 3600:.1f} h, {100 * kept / len(decisions):.0f}% "
+              f"of the units at {speed.speedup[1]:.2f}x kept")
+    # Units far from the thresholds (not a Jetson figure): how the evening goes when most decide
+    # at their first look.
+    for truth in field["looks"]["what_if_speedups"]:
+        far = dataclasses.replace(speed, speedup={1: truth, 8: 1 + (truth - 1) / 2})
+        decisions = simulated_decisions(far, field["looks"], policy)
+        seconds = evening.critical(evening.project(phases, units, dataclasses.replace(
+            real, speed=far, decisions=decisions)))[0]
+        first = sum(1 for blocks, _ in decisions if blocks == 3)
+        print(f"  were the units at {truth:.2f}x: {seconds / 3600:.1f} h, {100 * first / len(decisions):.0f}% decided "
+              f"at the first look")
     hours, minutes = divmod(round(total / 60), 60)
     print(f"evening N={units}: lab {wall:.0f} s (bound by {lab_longest.name}); {REAL_UNITS} real units projected "
           f"{hours} h {minutes:02d} min (bound by {longest['phase']})")

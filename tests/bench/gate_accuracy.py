@@ -206,12 +206,13 @@ class Unit:
         return {"label": side, "ok": True, "failure": None, "results": results, "outputs": outputs}
 
 
-def rollout(unit: Unit) -> tuple[bool, int]:
-    """One unit's decision (kept?) and the blocks it took, measured as the playbook measures."""
+def rollout(unit: Unit, policy: dict | None = None) -> tuple[bool, int]:
+    """One unit's decision (kept?) and the blocks it took, measured as the playbook measures
+    (with ``policy``, else this run's)."""
     blocks = [{"side": side, "bench": unit.block(side, index)}
               for index, side in enumerate((BASELINE, SPECULATIVE, BASELINE))]
     while True:
-        verdict = gate.decide(blocks, POLICY)
+        verdict = gate.decide(blocks, policy or POLICY)
         if verdict["decision"] != gate.MEASURE:
             return verdict["decision"] == gate.KEEP, len(blocks)
         for side in verdict["next"]:

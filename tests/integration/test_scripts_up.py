@@ -1,6 +1,6 @@
 """The README's main command, `./scripts/up`, as a new user runs it (issue 16): the 9-unit
 mixed lab as stock units (login `nvidia`, sudo password from the lab's Vault, no Docker,
-toolkit or Docker SDK), their host keys collected, three faults in the last canary wave and
+toolkit or Docker SDK), their host keys collected, three faults (two canaries, one unit after them) and
 two output divergences, site.yml with the AGX Orin canaries sweeping the draft length, and the
 script's own check that exactly the faulted units failed and ended on their baseline. The
 report is read here too.

@@ -105,12 +105,13 @@ def test_rounds_and_fanout_factor() -> None:
     assert grown == pytest.approx(2.0 * (5 + 5.930737) / (5 + 4.087463), rel=1e-4)
 
 
-BENCH = evening.Bench(set_sizes={"code_edit": 40, "chat": 40})
+BENCH = evening.Bench(set_sizes={"code_edit": 40, "chat": 40}, max_tokens=256)
 # TPOT 20 / 40 ms at c=1 / c=8, TTFT 100 / 400 ms, the candidate 2x / 1.25x faster per token.
 SPEED = evening.Speed(tpot_ms={1: 20.0, 8: 40.0}, ttft_ms={1: 100.0, 8: 400.0}, speedup={1: 2.0, 8: 1.25})
 STARTS = evening.Starts(warm_s=25.0, compile_s=45.0, jit_s=60.0)
 SIDE_BY_SIDE = evening.Design("side by side", restart_per_block=False, check_every_block=False,
-                              warm_every_block=False, jit_cached=True, lockstep=False, serial=("100%",))
+                              warm_every_block=False, jit_cached=True, lockstep=False, serial=("100%",),
+                              forks=60)
 
 
 def test_a_block_is_what_spec_bench_sends() -> None:
@@ -157,7 +158,7 @@ def test_the_expected_slowest_of_a_wave() -> None:
 
 
 def real(**changes: object) -> evening.Real:
-    values = dict(units=60, forks=30, controller_cores=8, link_bytes_s=125e6, fanout_16=2.0, fanout_pieces=6,
+    values = dict(units=60, controller_cores=8, link_bytes_s=125e6, fanout_16=2.0, fanout_pieces=6,
                   payload_bytes={"models": 16e9, "image": 12e9}, package_bytes=60e6, starts=STARTS, bench=BENCH,
                   speed=SPEED, decisions=[(3, True)] * 3 + [(5, False)], canaries=1, keys=2,
                   design=evening.BEFORE)
@@ -191,7 +192,7 @@ def test_the_projection_keeps_the_plan_and_budgets_each_unit() -> None:
     assert longest["phase"] == "wave 4"
     # Off lock-step each key's canary goes first (two keys: the slowest of two decisions), then
     # every other unit at once, waiting for the slowest once.
-    free = {r["phase"]: r for r in evening.project(evening.phases(TIMELINE), 4, real(design=SIDE_BY_SIDE, forks=60))}
+    free = {r["phase"]: r for r in evening.project(evening.phases(TIMELINE), 4, real(design=SIDE_BY_SIDE))}
     assert "wave 1" not in free
     budgets = [b.work.seconds for b in real(design=SIDE_BY_SIDE).budgets()]
     assert free["canaries"]["units"] == 2
