@@ -111,7 +111,7 @@ SPEED = evening.Speed(tpot_ms={1: 20.0, 8: 40.0}, ttft_ms={1: 100.0, 8: 400.0}, 
 STARTS = evening.Starts(warm_s=25.0, compile_s=45.0, jit_s=60.0)
 SIDE_BY_SIDE = evening.Design("side by side", restart_per_block=False, check_every_block=False,
                               warm_every_block=False, jit_cached=True, lockstep=False, serial=("100%",),
-                              forks=60)
+                              forks=60, max_tokens=256)
 
 
 def test_a_block_is_what_spec_bench_sends() -> None:
