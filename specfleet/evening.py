@@ -1,5 +1,5 @@
-"""The evening's critical path: where a run's wall time went, phase by phase and wave by
-wave, and what the same plan would take on real units.
+"""The evening's critical path: where a run's wall time went, phase by phase, and what the
+same plan would take on real units.
 
 Pure functions over a playbook's timeline (the benchmark's ``bench_timeline`` callback:
 plays, tasks with their play-level role, the results of timed actions, each with wall clock
@@ -56,7 +56,8 @@ class Timed:
 
 @dataclass
 class Phase:
-    """One stretch of the run: a prepare role, the pre-warm, a wave, or the facts plays."""
+    """One stretch of the run: a prepare role, the pre-warm, the canaries, the measuring (a
+    wave of it under serial), or the facts plays."""
 
     name: str
     kind: str  # control, payload, prewarm, wave
@@ -65,6 +66,8 @@ class Phase:
     hosts: set[str] = field(default_factory=set)
     # The timed tasks, in order: (action, {host: Timed}).
     timed: list[tuple[str, dict[str, Timed]]] = field(default_factory=list)
+    # Its play ran each host on its own (the free strategy): no task waits for the others.
+    free: bool = False
 
     def timed_hosts(self) -> set[str]:
         """Hosts that ran a timed task here (the canary play answers for every unit, but
@@ -76,7 +79,14 @@ class Phase:
         return max(self.wall_s - self.timed_wall(), 0.0)
 
     def timed_wall(self) -> float:
-        """Lab seconds spent in the timed tasks (each as long as its slowest host)."""
+        """Lab seconds spent in the timed tasks: in lock-step each as long as its slowest host;
+        each host on its own, the most one host spent in its own."""
+        if self.free:
+            per_host: dict[str, float] = {}
+            for _, hosts in self.timed:
+                for host, timed in hosts.items():
+                    per_host[host] = per_host.get(host, 0.0) + timed.seconds
+            return max(per_host.values(), default=0.0)
         return sum(max((t.seconds for t in hosts.values()), default=0.0) for _, hosts in self.timed)
 
 
@@ -108,7 +118,10 @@ def phases(events: Sequence[Mapping[str, Any]]) -> list[Phase]:
     of each playbook, a role's handlers) adds up under its name."""
     by_name: dict[str, Phase] = {}
     order: list[str] = []
-    playbook, play, batch, role = "", "", 0, None
+    # Timed task id -> its entry (a task is announced once; its hosts' results come back later,
+    # under the free strategy after other tasks' starts).
+    entries: dict[str, dict[str, Timed]] = {}
+    playbook, play, batch, role, free = "", "", 0, None, False
     current: Phase | None = None
     since: tuple[float, float] | None = None
 
@@ -123,23 +136,27 @@ def phases(events: Sequence[Mapping[str, Any]]) -> list[Phase]:
             playbook = event["file"]
         elif kind == "play":
             batch = batch + 1 if event["play"] == play else 0
-            play, role = event["play"], None
+            play, role, free = event["play"], None, event.get("strategy") == "free"
         elif kind == "task":
             # An included role's tasks belong to the role (or play) that included them.
             role = event.get("role") or role
             name, phase_kind = phase_of(play, batch, role, playbook)
             close(event["t"], event["cpu"])
             if name not in by_name:
-                by_name[name] = Phase(name, phase_kind)
+                by_name[name] = Phase(name, phase_kind, free=free)
                 order.append(name)
             current, since = by_name[name], (event["t"], event["cpu"])
             if event.get("action") in TIMED_ACTIONS:
                 current.timed.append((event["action"], {}))
+                entries[event.get("uuid") or ""] = current.timed[-1][1]
         elif kind == "result" and current is not None:
             current.hosts.add(event["host"])
-            if current.timed and current.timed[-1][0] == event["action"]:
+            # By the task's id; a timeline without ids: the last timed task of that action.
+            entry = entries.get(event["uuid"]) if event.get("uuid") else (
+                current.timed[-1][1] if current.timed and current.timed[-1][0] == event["action"] else None)
+            if entry is not None:
                 unsaid = current.kind == "prewarm" and not event.get("compile_cache")
-                current.timed[-1][1][event["host"]] = Timed(
+                entry[event["host"]] = Timed(
                     float(event["since_task_start"]), event["action"] == START_ACTION and started(event),
                     cold=event.get("compile_cache") == "miss" or unsaid)
         elif kind == "host" and current is not None:
@@ -398,8 +415,8 @@ def control_seconds(phase: Phase, lab_units: int, real: Real, units: int | None 
 
 
 def golden_starts(phase: Phase, real: Real) -> float:
-    """The pre-warm on real units: its slowest golden unit's starts, each compiling (its compile
-    cache is what the pre-warm makes) and, without JIT caches kept, compiling its kernels."""
+    """The pre-warm on real units: its slowest golden unit's starts, each compiling where its
+    compile cache missed, and its JIT kernels (a golden run starts from empty caches)."""
     per_host: dict[str, float] = {}
     for action, hosts in phase.timed:
         for host, timed in hosts.items():
@@ -411,9 +428,10 @@ def golden_starts(phase: Phase, real: Real) -> float:
 def project_measuring(waves: Sequence[Phase], real: Real) -> list[dict[str, Any]]:
     """The real event's measuring units (all but the canaries): each decision's budget from the
     simulated ones, in the design's serial batches, each as long as the lab's mean wave control
-    and its expected slowest unit's decision, once per round of forks (in lock-step a wave waits
-    for its slowest unit at every task; on their own, a batch waits for its slowest unit once;
-    a round of forks each: an upper bound off lock-step, where a unit starts as a fork frees)."""
+    and its expected slowest unit's decision, once per round of forks. Every unit is budgeted
+    alike at the same speed, so waiting for the slowest at every task (lock-step) or once (each
+    on its own) comes to the same; forks bound the tasks running at once, and a round of forks
+    each is an upper bound for units on their own."""
     if not waves:
         return []
     control = sum(p.control_wall() for p in waves) / len(waves)

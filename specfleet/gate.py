@@ -520,14 +520,17 @@ def _first_c1_texts(bench: Mapping[str, Any], workload: str) -> dict[str, str]:
             if request.get("prompt") and request.get("text")}
 
 
-def output_check(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], tie_gap: float) -> dict[str, Any]:
-    """Token by token, each speculative block's answers against the first baseline block's, for
-    every prompt both checked: ``diverged`` (confident divergences: revert), ``ties`` (first
-    divergence where the baseline's two best tokens were within ``tie_gap``), ``unstable`` (a
-    side that answered the same request differently in the same block), ``compared``."""
+def output_check(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], tie_gap: float,
+                 reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Token by token, each speculative block's answers against the baseline's (``reference``'s,
+    else the first baseline block's), for every prompt both checked: ``diverged`` (confident
+    divergences: revert), ``ties`` (first divergence where the baseline's two best tokens were
+    within ``tie_gap``), ``unstable`` (a side that answered the same request differently in the
+    same block), ``compared``."""
     result: dict[str, Any] = {"compared": 0, "identical": 0, "ties": [], "diverged": [], "unstable": [],
                               "unavailable": []}
-    baseline = next((bench for bench, side in zip(benches, sides, strict=True) if side == paired.BASELINE), None)
+    baseline = reference or next((bench for bench, side in zip(benches, sides, strict=True)
+                                  if side == paired.BASELINE), None)
     for bench, side in zip(benches, sides, strict=True):
         for workload, answers in (bench.get("outputs") or {}).items():
             measured = _first_c1_texts(bench, workload)
@@ -585,13 +588,24 @@ def _output_checks(found: Mapping[str, Any], tie_gap: float) -> list[dict[str, A
     return checks
 
 
+def checked_reference(blocks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The bench of the first baseline block that ran the output check: what every speculative
+    serving's answers are compared with (the baseline's answers are checked once)."""
+    return next((block["bench"] for block in blocks
+                 if block["side"] == paired.BASELINE and block["bench"].get("outputs")), None)
+
+
 # ---- the decision ---------------------------------------------------------------------------------
-def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compared: int = 1) -> dict[str, Any]:
+def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compared: int = 1,
+           reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Keep, revert, or measure one more pair of blocks, from the blocks measured so far.
 
     ``blocks``: in measuring order, each {"side": "baseline" | "speculative", "bench": ...}.
     ``compared``: how many candidates this one is the best of (a sweep's k): its keep is judged
-    at the policy's error shared among them. Returns ``decision`` (keep | revert | measure),
+    at the policy's error shared among them. ``reference``: the baseline bench whose answers the
+    output check compares with, when ``blocks`` are a window of a measurement whose first
+    baseline block is not among them (a serving's answers are checked in its first block only;
+    ``checked_reference``). Returns ``decision`` (keep | revert | measure),
     ``next`` (the sides to measure next when measuring), ``reasons`` (sentences with numbers,
     the deciding ones first), ``figures`` (per gated workload), ``checks``, ``drift``,
     ``left_out`` (blocks before a move, not judged), ``keep_confidence``, ``output_check``,
@@ -659,7 +673,8 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
             verdict, said = PASS, ": within the noise"
         result["checks"].append({"workload": workloads[0], "check": "drift", "verdict": verdict,
                                  "reason": f"{workloads[0]}: {text}{said}"})
-    found = output_check(benches, sides, merged["specfleet_gate_tie_logprob_gap"])
+    found = output_check(benches, sides, merged["specfleet_gate_tie_logprob_gap"],
+                         bench_of(reference) if reference is not None else None)
     result["output_check"] = found
     result["checks"].extend(_output_checks(found, merged["specfleet_gate_tie_logprob_gap"]))
     if not found["compared"]:

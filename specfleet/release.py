@@ -189,6 +189,15 @@ def swept(record: Mapping[str, Any], key: str, choice: Mapping[str, Any]) -> dic
 RETRIED_FAILURES = frozenset({"docker_unavailable", "unreachable"})
 
 
+def candidate_failed(decision: Mapping[str, Any]) -> bool:
+    """Whether a unit's decision says its candidate failed: failed once its baseline was
+    measured (a baseline that did not start or measure says nothing about the candidate), not
+    by the unit's infrastructure (RETRIED_FAILURES)."""
+    failure = decision.get("failure") or {}
+    return (decision.get("decision") == "failed" and decision.get("baseline") is not None
+            and failure.get("failure_class") not in RETRIED_FAILURES)
+
+
 def previous_decision(record: Mapping[str, Any], candidate_id: str) -> dict[str, Any] | None:
     decision = (record.get("decisions") or {}).get(candidate_id)
     failure = (decision or {}).get("failure") or {}

@@ -356,7 +356,7 @@ def block_measured(
         # The table is judged on its own blocks (the baseline before its first one, then its
         # pairs), with the gate's budget of its own: more pairs while it is unsure.
         since = state["table"]["since"]
-        verdict = gate.decide(blocks[since:], policy)
+        verdict = gate.decide(blocks[since:], policy, reference=gate.checked_reference(blocks))
         if verdict["decision"] == gate.MEASURE:
             return _measuring(state, verdict["next"][0])
         return _decided(state, plan, policy, verdict, since=since)

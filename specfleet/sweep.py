@@ -3,7 +3,8 @@
 The first unit of each key (device class, unit memory, model, method, image: what decides a
 speculative serving's figures) in the play is its canary, and rolls out before the key's other
 units (playbooks/rollout.yml): a candidate that fails there is not tried on the key's other
-units, which serve their baseline with the canary named as the reason.
+units, which serve their baseline with the canary named as the reason (a canary whose own
+infrastructure failed, or whose baseline never measured, says nothing about the candidate).
 
 NVIDIA's jetson-speculative-decoding skill starts k at 5 on Thor and 3 on AGX Orin and says a
 longer draft pays "only if the draft acceptance rate is >0.6". Which k pays on a given unit,
@@ -32,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from specfleet import gate, paired, serving
+from specfleet import gate, paired, release, serving
 
 
 # ---- planning ------------------------------------------------------------------------------
@@ -69,6 +70,12 @@ def canaries(plans: Iterable[Mapping[str, Any] | None]) -> dict[str, str]:
         if plan_key is not None:
             found.setdefault(plan_key, plan["host"])  # type: ignore[index]
     return found
+
+
+def canary_of(plan: Mapping[str, Any], canaries_: Mapping[str, str]) -> str | None:
+    """The canary of the plan's key (``canaries_``: key -> host), None for a plan without one."""
+    plan_key = key(plan)
+    return canaries_.get(plan_key) if plan_key else None
 
 
 def not_tried(plan: Mapping[str, Any], canary: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,9 +125,11 @@ def results(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> l
                if block["side"] == paired.SPECULATIVE and 0 < index < len(blocks) - 1]
     once = {**policy, "specfleet_gate_max_blocks": 3,
             "specfleet_gate_block_noise": block_noise(blocks, {**gate.gate_defaults(), **policy})}
+    reference = gate.checked_reference(blocks)
     for index in between:
         block = blocks[index]
-        verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once, compared=len(between))
+        verdict = gate.decide([blocks[index - 1], block, blocks[index + 1]], once, compared=len(between),
+                              reference=reference)
         primary = next(iter(verdict["figures"].values()), {})
         gain = primary.get("throughput_gain_c1") or {}
         kept = verdict["decision"] == gate.KEEP
@@ -222,14 +231,14 @@ def recorded(record: Mapping[str, Any] | None, plan: Mapping[str, Any]) -> dict[
 def unit_plan(plan: Mapping[str, Any], host: str, canaries_: Mapping[str, str], own_record: Mapping[str, Any],
               canary_state: Mapping[str, Any] | None, remeasure: bool) -> tuple[dict[str, Any], bool]:
     """(the plan a unit rolls out with, whether it sweeps). A key's later unit whose canary
-    (``canaries_``: key -> host; ``canary_state``: its rollout) failed does not try the candidate
-    (``not_tried``). A key's canary sweeps, unless its own record keeps the key's choice (and no
-    re-measure is asked): then it plans that, as the key's other units plan what their canary's
-    record keeps, or the planned k, with the reason, when it chose none."""
-    plan_key = key(plan)
-    canary = canaries_.get(plan_key) if plan_key else None
+    (``canaries_``: key -> host; ``canary_state``: its rollout) failed with its candidate
+    (release.candidate_failed) does not try it (``not_tried``). A key's canary sweeps, unless
+    its own record keeps the key's choice (and no re-measure is asked): then it plans that, as
+    the key's other units plan what their canary's record keeps, or the planned k, with the
+    reason, when it chose none."""
+    canary = canary_of(plan, canaries_)
     outcome = (canary_state or {}).get("outcome") or {}
-    if canary is not None and canary != host and outcome.get("decision") == "failed":
+    if canary is not None and canary != host and release.candidate_failed(outcome):
         return not_tried(plan, canary, outcome), False
     planned = plan.get("sweep")
     if canary is None or not planned:

@@ -94,9 +94,13 @@ def closest(name: str, candidates: Iterable[str]) -> str:
 def unknown_problems(names: Iterable[str], known: set[str]) -> list[str]:
     """One problem per ``specfleet_*`` name that is not known, with the closest known name."""
     lab = schema()["lab_prefix"]
+    removed = schema().get("removed") or {}
     problems = []
     for name in sorted(set(names)):
         if not name.startswith(PREFIX) or name == lab or name.startswith(f"{lab}_") or name in known:
+            continue
+        if name in removed:
+            problems.append(f"{name}: {removed[name]}")
             continue
         hint = closest(name, known - set(schema()["internal"])) or (
             "; see specfleet/data/policy.yml and the roles' defaults")

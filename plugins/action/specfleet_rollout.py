@@ -96,8 +96,7 @@ class ActionModule(ActionBase):
         """The plan this unit rolls out with (its key's canary failed: the baseline only; a sweep
         key's choice), and whether it is its key's canary and sweeps."""
         canaries = self._templar.template(task_vars.get("specfleet_canaries")) or {}
-        plan_key = sweep.key(plan)
-        canary = canaries.get(plan_key) if plan_key else None
+        canary = sweep.canary_of(plan, canaries)
         canary_state = None
         if canary and canary != task_vars["inventory_hostname"]:
             canary_state = self._templar.template(task_vars["hostvars"][canary].get("specfleet_rollout"))

@@ -131,13 +131,14 @@ class CallbackModule(DefaultCallback):
         key = (name, getattr(play, "_uuid", None) or str(play.hosts))
         self._play_key = key
         self._waves[key] = self._waves.get(key, 0) + 1
-        self._serial = bool(play.serial)
         inventory = getattr(play.get_variable_manager(), "_inventory", None)
         # A unit that failed in an earlier play takes no part in the later ones (Ansible drops it).
         dropped = set().union(*(failed for play_key, failed in self._failed.items() if play_key != key))
         batch = len({host.name for host in inventory.get_hosts(play.hosts)} - dropped) if inventory is not None else 0
         total = len({host.name for host in inventory.get_hosts(play.hosts, ignore_restrictions=True)} - dropped) \
             if inventory is not None else batch
+        # Waves only where serial cuts the play's units (a first batch of them all is the play).
+        self._serial = bool(play.serial) and (batch < total or self._waves[key] > 1)
         self._phase = Phase(name, self._waves[key], total)
         marker = " [CHECK MODE]" if play.check_mode and self.get_option("check_mode_markers") else ""
         self._display.display(phase_title(name, self._waves[key], self._serial, batch) + marker)

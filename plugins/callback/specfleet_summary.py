@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """At the end of a playbook, write the rollout run's fleet report and print its summary.
 
-A callback rather than a final play: Ansible ends the whole playbook when a wave exceeds
-max_fail_percentage, and the report matters most exactly then. It runs once, on the
+A callback rather than a final play: Ansible ends the whole playbook when a play exceeds its
+max_fail_percentage (the canaries', specfleet_rollout_canary_max_fail_percentage) or every unit
+of a batch fails, and the report matters most exactly then. It runs once, on the
 controller, after every unit has written its own record into runs/<run id>/units/.
 """
 

@@ -21,10 +21,11 @@ description:
     C(specfleet_policy) (the gate's thresholds), C(specfleet_run_id) and the current
     C(specfleet_rollout) state.
   - C(start) places the plan's servings on the unit (environment, mounts, secret names),
-    reads the release record and finds an earlier decision for the candidate. A unit that is its
-    sweep key's canary (C(specfleet_canaries)) measures each draft length of its plan's sweep;
-    the key's other units take the one the canary chose, and C(start) sets their
-    C(specfleet_plan) fact to it;
+    reads the release record and finds an earlier decision for the candidate. A unit whose
+    key's canary (C(specfleet_canaries)) failed with its candidate serves its baseline only, and
+    C(start) sets its C(specfleet_plan) fact to that; a canary whose class sweeps the draft
+    length measures each one, and the key's other units take the one it chose (C(start) sets
+    their C(specfleet_plan) fact to it);
     a record with a trial marker (a run that was killed or lost its unit before it recorded its
     decision) names the known-good to serve first, also for a refused plan; C(trial_rolled_back)
     says it serves, C(trial_rollback_did_not_start) that it did not (the unit is measured from its
@@ -142,7 +143,8 @@ ansible_facts:
         - The unit's rollout state. C(record) is the release record to save; C(baseline) and
           C(candidate) the servings placed on the unit; C(serve) the serving to start next
           (null for none); C(next) and C(next_serving) the side and serving to measure next
-          (null when measuring is over), C(blocks) the blocks measured so far; C(outcome) the
+          (null when measuring is over), C(next_output_check) whether that block runs the
+          output check (a serving's first block only), C(blocks) the blocks measured so far; C(outcome) the
           unit's result so far and C(unit_record) its file for the report; C(done) means nothing
           more to measure, C(failed) that the unit counts as failed; C(interrupted_trial) the trial
           an earlier run left unfinished (C(known_good) the serving to put back first, C(reason)

@@ -2,24 +2,31 @@
 """Benchmark (not a test): the evening's critical path, N stock lab units from nothing to decided.
 
     python tests/bench/evening.py 16
+    python tests/bench/evening.py --replay <work dir>/run.json   (project a saved run again)
 
 Brings up N stock units of the workshop profile (Jetson AGX Thor, as flashed: login nvidia
 with a sudo password, no Docker), collects their host keys, then runs as an organiser would
 `ansible-playbook -i inventory/lab playbooks/prepare.yml playbooks/prewarm.yml playbooks/rollout.yml`
-(bootstrap, Docker, payloads; the compile-cache pre-warm; the canaries and the waves, each
-unit gated and kept or rolled back) with a benchmark-only callback (tests/bench/callbacks)
-that records the timeline. Prints the wall time and controller CPU per phase and per wave.
+(bootstrap, Docker, payloads; the compile-cache pre-warm; each key's canary, then every other
+unit, each gated and kept or rolled back) with a benchmark-only callback (tests/bench/callbacks)
+that records the timeline. Prints the wall time and controller CPU per phase.
 
-Then projects the same plan onto real units (specfleet.evening): the figures in
-tests/bench/data/evening_field.yml (link, controller, start times and decode rates per class,
-each with its source), the payload sizes of the collection's catalog, the fan-out factor
-measured by tests/bench/fanout.py (its last run at N=16 when there is one) and the
-bootstrap's packages as the lab's mirror holds them. Prints the projected phases for
-SPECFLEET_BENCH_REAL_UNITS (default 60) units, the total and the phase that bounds it.
+Then projects the same plan onto real units (specfleet.evening), for this tree's design and for
+main's before issue 37 (specfleet.evening.BEFORE): the prepare phases from the lab's control
+time, the payload sizes of the collection's catalog, the fan-out factor measured by
+tests/bench/fanout.py (its last run at N=16 when there is one) and the bootstrap's packages as
+the lab's mirror holds them; each measuring unit's decision from what it sends with the event
+inventory's own bench settings (SPECFLEET_BENCH_EVENT_INVENTORY, default inventory/workshop) at
+a real unit's speed and start time, over as many blocks as decisions simulated at the field's
+speedup took (tests/bench/gate_accuracy.py's units and field noise). The real figures are in
+tests/bench/data/evening_field.yml, each with its source. Prints the per-unit budget (starts,
+blocks, requests, tokens, seconds at the first look, the median, the 90th percentile and the
+most), the distribution of looks, the projected phases for SPECFLEET_BENCH_REAL_UNITS (default
+60) units, what the next steps and the gate's budget would take off, and the total.
 
 Real SSH, apt, Docker engines, rsync and HTTP; the Jetson identity and the CUDA vLLM are the
 lab's EMULATIONS. Needs root and a lab that is down; leaves it down. Writes
-lab/build/bench/evening.json. The last line reads
+lab/build/bench/evening.json and, in its work directory, run.json. The last line reads
 `evening N=16: lab W s (bound by P); 60 real units projected H h MM min (bound by Q)`.
 """
 
@@ -302,6 +309,8 @@ def main() -> int:
         package_bytes=packages, starts=starts, bench=event_bench(EVENT_INVENTORY, workloads, evening.DESIGN),
         speed=speed,
         decisions=simulated_decisions(speed, field["looks"], policy), canaries=canaries,
+        # The report does not carry a unit's memory, the key's fifth factor: units of one class
+        # alike (the workshop's) are one key.
         keys=len({(u["device_class"], u["model"], u["method"], u["image"]) for u in report_units if u.get("method")}))
     found = (list(evening.DESIGN.serial), evening.DESIGN.forks, evening.DESIGN.max_tokens)
     shipped = (rollout_serial(), ansible_forks(), rollout_bench_defaults()["max_tokens"])

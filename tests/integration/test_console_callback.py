@@ -1,9 +1,10 @@
 """The specfleet_console stdout callback on a real ansible-playbook run (local connections).
 
 Five units, a play in waves of two (serial) where one unit fails and one is unreachable, and a
-play without serial: the quiet output has a title per play and wave, each failure once with
-its task and cause, one line per unit per phase with the playbook's own messages, a progress
-line per wave, and the PLAY RECAP; -v or SPECFLEET_CONSOLE_FULL gives the default's output.
+play whose one batch holds every unit (serial 100%, each unit on its own: no waves): the quiet
+output has a title per play and wave, each failure once with its task and cause, one line per
+unit per phase with the playbook's own messages, a progress line per wave, and the PLAY RECAP;
+-v or SPECFLEET_CONSOLE_FULL gives the default's output.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ PLAYBOOK = """
 - name: Roll out
   hosts: units
   gather_facts: false
+  serial: "{{ ['100%'] }}"
+  strategy: free
   tasks:
     - name: Nothing to change
       ansible.builtin.command: "true"

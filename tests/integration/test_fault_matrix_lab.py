@@ -168,9 +168,8 @@ def clear_faults() -> None:
 @pytest.fixture(scope="module")
 def known_good(fleet_lab):
     """Every unit prepared and rolled out without faults first: each has a known-good
-    (earlier modules' fault switches cleared). One wave: this run only has to leave a
-    known-good on each unit. After the default
-    lane's modules (the suite runs slow lanes last) it measures only the units whose
+    (earlier modules' fault switches cleared). After the default lane's modules (the suite
+    runs slow lanes last) it measures only the units whose
     candidate an earlier module's fault made fail. Per unit: its release record and the
     serving container it runs then (its known-good, config hash included)."""
     clear_faults()

@@ -28,6 +28,13 @@ PLAYBOOK = """
     - name: Timed
       ansible.builtin.command: sleep 0.2
       changed_when: inventory_hostname == 'h1'
+- name: On their own
+  hosts: all
+  gather_facts: false
+  strategy: free
+  tasks:
+    - name: Timed free
+      ansible.builtin.command: "sleep {{ '1' if inventory_hostname == 'h1' else '0.2' }}"
 """
 
 
@@ -51,13 +58,20 @@ def test_the_timeline_of_a_real_run(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     events = json.loads(timeline.read_text())
 
-    assert [e["play"] for e in events if e["kind"] == "play"] == ["Outer", "In waves", "In waves"]
+    assert [e["play"] for e in events if e["kind"] == "play"] == ["Outer", "In waves", "In waves", "On their own"]
+    assert {e["play"]: e["strategy"] for e in events if e["kind"] == "play"}["On their own"] == "free"
     roles = {e["task"]: e["role"] for e in events if e["kind"] == "task"}
     assert roles["Outer's own"] == "outer" and roles["Include inner"] == "outer"
     assert roles["Inner's own"] is None  # included: the phase stays the caller's
-    timed = [e for e in events if e["kind"] == "result"]
+    timed = [e for e in events if e["kind"] == "result" and e["task"] == "Timed"]
     assert [(e["host"], e["changed"]) for e in timed] == [("h1", True), ("h2", False)]
     assert all(0.2 <= e["since_task_start"] < 30 for e in timed)
+    # The free strategy announces a task once per host: the timeline holds it once, and each
+    # host's result carries its id and the time since that host started it.
+    [free_task] = [e for e in events if e["kind"] == "task" and e["task"] == "Timed free"]
+    free = {e["host"]: e for e in events if e["kind"] == "result" and e["task"] == "Timed free"}
+    assert {e["uuid"] for e in free.values()} == {free_task["uuid"]}
+    assert 1.0 <= free["h1"]["since_task_start"] < 30 and 0.2 <= free["h2"]["since_task_start"] < 1.0
     assert events[-1]["kind"] == "end" and events[-1]["cpu"] >= events[0]["cpu"]
     # Every other result names its host (a phase's units), no more.
     answered = [e for e in events if e["kind"] == "host"]

@@ -181,7 +181,7 @@ def test_the_projection_keeps_the_plan_and_budgets_each_unit() -> None:
     assert rows["canaries"]["seconds"] == pytest.approx(max(5.0, 1 * 1 / 4 / 8) + max(85, sum(budgets) / 4))
     # The real waves: 59 units in Ansible's batches, each waiting for its expected slowest unit
     # (three of four decisions take 3 blocks, one 5); 41 units take two rounds of 30 forks.
-    waves = [r for r in rows.values() if r["phase"].startswith("wave ") and r["phase"] != "canaries"]
+    waves = [r for r in rows.values() if r["phase"].startswith("wave ")]
     assert [r["units"] for r in waves] == [1, 3, 14, 41]
     control = ((40 - 30) + (20 - 10)) / 2  # each wave's wall less its slowest starts and benchmarks
     assert waves[0]["seconds"] == pytest.approx(max(control, 8 / 3 / 8) + sum(budgets) / 4)
@@ -213,6 +213,28 @@ def test_a_golden_start_from_a_missed_compile_cache_compiles_and_a_removal_no_st
     ]
     (row,) = evening.project(evening.phases(timeline), 2, real())
     assert row["seconds"] == pytest.approx(max(4 * 2, 1 * 30 / 8) + 25 + 45 + 60)
+
+
+def test_each_unit_on_its_own_spends_its_own_timed_seconds() -> None:
+    """A free play: results come back by task id, after other tasks started; the phase's timed
+    seconds are the most one unit spent in its own timed tasks."""
+    def timed_result(t: float, host: str, seconds: float, uuid: str) -> dict:
+        return {**result(t, host, seconds, evening.BENCH_ACTION, outcome="", compile_cache=None), "uuid": uuid}
+    timeline = [
+        {"kind": "playbook", "t": 0, "cpu": 0, "file": "rollout.yml"},
+        {"kind": "play", "t": 0, "cpu": 0, "play": evening.MEASURING_PLAY, "strategy": "free"},
+        {**task(0, 0, action=evening.BENCH_ACTION), "uuid": "a"},
+        {**task(1, 0, action=evening.BENCH_ACTION), "uuid": "b"},
+        timed_result(30, "u1", 30, "a"),
+        timed_result(40, "u2", 39, "b"),
+        timed_result(50, "u2", 10, "a"),
+        {"kind": "end", "t": 60, "cpu": 2},
+    ]
+    [measuring] = evening.phases(timeline)
+    assert measuring.free and measuring.name == "measuring"
+    assert measuring.timed == [(evening.BENCH_ACTION, {"u1": evening.Timed(30.0), "u2": evening.Timed(10.0)}),
+                               (evening.BENCH_ACTION, {"u2": evening.Timed(39.0)})]
+    assert measuring.timed_wall() == 49.0 and measuring.control_wall() == 11.0
 
 
 def test_a_no_log_start_is_read_from_how_the_task_ran() -> None:

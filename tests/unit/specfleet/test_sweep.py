@@ -79,6 +79,24 @@ def test_the_best_kept_k_is_chosen_by_its_lower_bound():
     assert "k=5 revert (+68%, 36% accepted)" in text
 
 
+def test_every_k_is_checked_against_the_baselines_answers_from_its_first_block():
+    """The baseline's answers are checked once (its first block): a later k, between baseline
+    blocks without an output check, is still compared with them, and reverts where it diverges
+    where the baseline was confident."""
+    found = sweep_blocks({2: (1.52, 0.99), 3: (1.63, 0.99)})
+    for block in found[2:]:
+        if block["side"] == "baseline":
+            block["bench"] = {**block["bench"], "outputs": {}}
+    found[3]["bench"] = bench("speculative", 1.63, c8_speed=1.2, chat_speed=0.99, acceptance=ACCEPTANCE, seed=3,
+                              diverge_at={"code_edit-p03": 3})
+    judged = {entry["tokens"]: entry for entry in sweep.results(found, POLICY)}
+    assert judged[2]["verdict"]["output_check"]["compared"] == 16
+    assert judged[3]["verdict"]["output_check"]["compared"] == 16
+    assert judged[3]["decision"] == "revert"
+    assert any("speculation changed the output where the baseline was confident" in reason
+               for reason in judged[3]["verdict"]["reasons"]), judged[3]["verdict"]["reasons"]
+
+
 def test_the_planned_values_then_one_longer_only_above_60_percent_acceptance():
     planned = [2, 3]
     assert sweep.next_tokens([], planned, 16) == 2
@@ -123,13 +141,15 @@ def test_a_later_unit_takes_the_recorded_choice_or_says_why_not():
 
 def test_a_failed_canary_keeps_its_candidate_off_its_keys_other_units():
     """Sweeping or not: the key's later units serve their baseline only, the canary named; a
-    canary that decided (kept or reverted), or did not finish, lets them measure."""
+    canary that decided (kept or reverted), did not finish, failed before its baseline was
+    measured or by its own infrastructure lets them measure."""
     baseline = serving.make("baseline", engine="vllm", image="img:1", model="m", port=8000, flags=[])
     for policy in (SWEEP, POLICY):
         canary, later = plan("thor-01", policy=policy), plan("thor-02", policy=policy, baseline_serving=baseline,
                                                                oom_retry={"serving": {}}, batch_table={"x": 1})
         canaries = sweep.canaries([canary, later])
-        failed = {"outcome": {"decision": "failed", "reasons": ["the speculative serving crashed", "more"]}}
+        failed = {"outcome": {"decision": "failed", "reasons": ["the speculative serving crashed", "more"],
+                              "failure": {"failure_class": "crashed"}, "baseline": {"results": {}}}}
         found, sweeping = sweep.unit_plan(later, "thor-02", canaries, {}, failed, False)
         assert not sweeping and found["speculative"] is None
         assert found["serving"] == {**baseline, "kind": "speculative"}
@@ -141,7 +161,12 @@ def test_a_failed_canary_keeps_its_candidate_off_its_keys_other_units():
         assert sweep.unit_plan(canary, "thor-01", canaries, {}, failed, False)[0]["speculative"] == EAGLE3
         other = plan("orin-01", "agx_orin", policy=policy)
         assert sweep.unit_plan(other, "orin-01", canaries, {}, failed, False)[0]["speculative"] == EAGLE3
-        for decided in ({"outcome": {"decision": "reverted", "reasons": []}}, {"outcome": None}, None):
+        outcome = failed["outcome"]
+        not_the_candidate = ({"outcome": {**outcome, "baseline": None}},
+                             {"outcome": {**outcome, "failure": {"failure_class": "docker_unavailable"}}},
+                             {"outcome": {**outcome, "failure": {"failure_class": "unreachable"}}})
+        for decided in ({"outcome": {"decision": "reverted", "reasons": []}}, {"outcome": None}, None,
+                        *not_the_candidate):
             assert sweep.unit_plan(later, "thor-02", canaries, {}, decided, False)[0]["speculative"] == EAGLE3
 
 

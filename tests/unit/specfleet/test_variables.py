@@ -84,6 +84,12 @@ def test_known_foreign_and_lab_names_pass_and_a_far_name_gets_no_guess():
     assert problem.startswith("specfleet_zzzz_qqqq: not a specfleet variable; see ")
 
 
+def test_a_removed_name_says_what_took_its_place_not_a_look_alike():
+    [problem] = variables.unknown_problems(["specfleet_rollout_max_fail_percentage"], known())
+    assert problem.startswith("specfleet_rollout_max_fail_percentage: removed: every unit after the canaries")
+    assert "did you mean" not in problem
+
+
 def test_values_are_shown_cut_short():
     assert variables.shown("abc") == "'abc'"
     long = variables.shown("x" * 1_000_000)
