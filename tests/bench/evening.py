@@ -114,8 +114,9 @@ def payload_sizes(units: list[dict], field: dict) -> dict[str, float]:
 
 
 def rollout_bench_defaults() -> dict[str, int]:
-    """The rollout play's spec_bench defaults (playbooks/rollout.yml's module_defaults)."""
-    text = (REPO / "playbooks" / "rollout.yml").read_text()
+    """The rollout's spec_bench defaults: playbooks/rollout.yml's module_defaults and the
+    measuring block's own (tasks/measure_block.yml: the output check)."""
+    text = "".join((REPO / "playbooks" / name).read_text() for name in ("rollout.yml", "tasks/measure_block.yml"))
     values = {name: int(default) for name, default in
               re.findall(r"specfleet_bench_(\w+) \| default\((\d+)\)", text)}
     missing = sorted({"warmups", "repetitions", "requests", "output_check", "max_tokens"} - set(values))
