@@ -273,13 +273,12 @@ class Design:
     max_tokens: int
 
 
-# What main did when issue 37 was filed (2026-12-06), and what it does now: each serving's
-# answers checked once, 128 output tokens a request, each key's canary first, then every other
-# unit on its own.
+# What main did when issue 37 was filed (2026-12-06), and what it does now: 128 output tokens a
+# request, each key's canary first, then every other unit on its own.
 BEFORE = Design("before (main b5f57d3)", restart_per_block=True, check_every_block=True,
                 warm_every_block=True, jit_cached=False, lockstep=True, serial=(1, 3, "25%", "100%"),
                 forks=30, max_tokens=256)
-DESIGN = Design("now", restart_per_block=True, check_every_block=False, warm_every_block=True,
+DESIGN = Design("now", restart_per_block=True, check_every_block=True, warm_every_block=True,
                 jit_cached=False, lockstep=False, serial=("100%",), forks=60, max_tokens=128)
 
 

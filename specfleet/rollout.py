@@ -11,11 +11,9 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``outcome``: the unit's result for the report so far (None until there is one);
 - ``done``: nothing more to measure; ``failed``: the unit counts as failed;
 - ``earlier``: the decision an earlier run took for this candidate, when it is reused;
-- ``blocks``: the measurement so far, in order: {side, spec_id, bench} per block (baseline and
+- ``blocks``: the measurement so far, in order: {side, bench} per block (baseline and
   speculative taking turns, specfleet.gate); ``next``: the side to serve and measure next
-  (None: measuring is over), ``next_serving`` the serving that means, ``next_output_check``
-  whether its block runs the output check (once per serving: a serving's answers are compared
-  once, the later blocks measure only what the gate reads of them);
+  (None: measuring is over), ``next_serving`` the serving that means;
 - ``remeasure_reasons``: why a unit with an earlier decision was measured again;
 - ``failure``, ``reported_benches``: why a step failed, and the benches as registered then;
 - ``fallback``, ``known_good_failure``: what the rollback is trying after a failure, and why
@@ -56,8 +54,8 @@ def _state(**fields: Any) -> State:
     state: State = {
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
-        "next_output_check": False, "remeasure_reasons": [], "failure": None, "reported_benches": None,
-        "fallback": None, "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "table": None,
+        "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
+        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "table": None,
         "max_blocks": 0, "interrupted_trial": None,
     }
     state.update(fields)
@@ -240,10 +238,6 @@ def _measuring(state: Mapping[str, Any], side: str | None, tokens: int | None = 
         updated["next_serving"] = (updated.get("retry") or {}).get("serving") or updated["candidate"]
     else:
         updated["next_serving"] = None
-    served = updated["next_serving"]
-    updated["next_output_check"] = served is not None and not any(
-        block.get("spec_id") == served["spec_id"] and block["bench"].get("outputs")
-        for block in updated.get("blocks") or [])
     return updated
 
 
@@ -327,8 +321,7 @@ def block_measured(
     known-good serves), or measure one more pair."""
     side = state["next"]
     started = started or {}
-    block: dict[str, Any] = {"side": side, "spec_id": (state.get("next_serving") or {}).get("spec_id"),
-                             "bench": dict(bench)}
+    block: dict[str, Any] = {"side": side, "bench": dict(bench)}
     if started.get("startup_seconds") is not None:
         # Started for this block (not already serving): how long it took, and whether
         # torch.compile's cache served it (a miss after an image change costs minutes).

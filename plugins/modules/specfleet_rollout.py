@@ -143,8 +143,7 @@ ansible_facts:
         - The unit's rollout state. C(record) is the release record to save; C(baseline) and
           C(candidate) the servings placed on the unit; C(serve) the serving to start next
           (null for none); C(next) and C(next_serving) the side and serving to measure next
-          (null when measuring is over), C(next_output_check) whether that block runs the
-          output check (a serving's first block only), C(blocks) the blocks measured so far; C(outcome) the
+          (null when measuring is over), C(blocks) the blocks measured so far; C(outcome) the
           unit's result so far and C(unit_record) its file for the report; C(done) means nothing
           more to measure, C(failed) that the unit counts as failed; C(interrupted_trial) the trial
           an earlier run left unfinished (C(known_good) the serving to put back first, C(reason)

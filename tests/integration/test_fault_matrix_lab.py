@@ -9,7 +9,9 @@ unit (the emulator's fault switches only where a real vLLM fault cannot be provo
 | thor-02         | tiktoken files missing on the controller       | refused in prepare, serving untouched      |
 | agxorin-jp6-01  | health never ready                             | never_ready, back on its known-good (or,   |
 |                 |                                                | when that fails too, the run's baseline)   |
-| agxorin-jp6-02  | 10 % packet loss on its link during rsync      | rsync still completes, copy verified       |
+| agxorin-jp6-02  | 10 % packet loss on its link during rsync      | rsync still completes, copy verified; its  |
+|                 |                                                | key's canary (jp6-01) failed: not tried,   |
+|                 |                                                | it serves its baseline                     |
 | agxorin-jp72-01 | none (the control unit)                        | rolled out as usual                        |
 | agxorin-jp72-02 | a truncated file in its live model cache       | copied again and switched in whole         |
 | orinnx-01       | link down mid-rollout, back 90 s later         | reported unreachable; a re-run recovers it |
@@ -313,7 +315,11 @@ def test_control_unit_is_unaffected(faulted, known_good):
 
 def test_lossy_link_copy_is_complete(faulted):
     record = faulted["records"]["agxorin-jp6-02"]
-    assert record["decision"] == lab_decision("agxorin-jp6-02"), record["reasons"]
+    # Its key's canary failed with its candidate (never ready): the candidate is not tried here.
+    assert record["decision"] == "reverted", record["reasons"]
+    assert any(reason.startswith("not tried here: agxorin-jp6-01, the canary of this unit's key, failed (Start the "
+                                 "spec and wait until it serves: never_ready") for reason in record["reasons"]), \
+        record["reasons"]
     verify_live_caches("agxorin-jp6-02")
 
 

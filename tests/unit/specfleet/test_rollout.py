@@ -132,28 +132,6 @@ def test_an_inconclusive_verdict_measures_one_more_pair():
     assert "straddles" in state["outcome"]["measurement"]["deciding"], state["outcome"]["measurement"]
 
 
-def test_each_serving_runs_the_output_check_in_its_first_block_only():
-    """The gate compares a serving's answers once: its later blocks measure only what it reads."""
-    borderline = bench("speculative", 1.31, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
-    state = rollout.baseline_serving(started(), PLAN, RUN)
-    assert state["next_output_check"]
-    state = rollout.block_measured(state, PLAN, BASELINE_BENCH, POLICY)
-    assert state["next"] == "speculative" and state["next_output_check"]
-    state = rollout.block_measured(state, PLAN, borderline, POLICY)
-    assert state["next"] == "baseline" and not state["next_output_check"]
-    unchecked = {**BASELINE_BENCH, "outputs": {}}
-    state = rollout.block_measured(state, PLAN, unchecked, POLICY)
-    assert state["next"] == "speculative" and not state["next_output_check"]
-    assert [block["spec_id"] for block in state["blocks"]] == [state["baseline"]["spec_id"],
-                                                               state["candidate"]["spec_id"],
-                                                               state["baseline"]["spec_id"]]
-    # A serving whose first block brought no answers (an output check of 0) checks in its next.
-    fresh = rollout.block_measured(rollout.baseline_serving(started(), PLAN, RUN), PLAN, unchecked, POLICY)
-    assert fresh["next"] == "speculative" and fresh["next_output_check"]
-    fresh = rollout.block_measured(fresh, PLAN, borderline, POLICY)
-    assert fresh["next"] == "baseline" and fresh["next_output_check"]
-
-
 def test_an_earlier_decision_that_no_longer_starts_is_measured_again():
     kept = rollout.finish(gated(measured_baseline(started()), FAST), "r1")
     state = rollout.earlier_did_not_start(started(kept["record"]), "spec_config_rejected")
