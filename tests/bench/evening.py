@@ -114,9 +114,8 @@ def payload_sizes(units: list[dict], field: dict) -> dict[str, float]:
 
 
 def rollout_bench_defaults() -> dict[str, int]:
-    """The rollout's spec_bench defaults: playbooks/rollout.yml's module_defaults and the
-    measuring block's own (tasks/measure_block.yml: the output check)."""
-    text = "".join((REPO / "playbooks" / name).read_text() for name in ("rollout.yml", "tasks/measure_block.yml"))
+    """The rollout's spec_bench defaults (playbooks/rollout.yml's module_defaults)."""
+    text = (REPO / "playbooks" / "rollout.yml").read_text()
     values = {name: int(default) for name, default in
               re.findall(r"specfleet_bench_(\w+) \| default\((\d+)\)", text)}
     missing = sorted({"warmups", "repetitions", "requests", "output_check", "max_tokens"} - set(values))
@@ -125,15 +124,23 @@ def rollout_bench_defaults() -> dict[str, int]:
     return values
 
 
+def inventory_values(inventory: Path, prefix: str) -> dict:
+    """The event inventory's group_vars whose names start with ``prefix``."""
+    found = {}
+    for path in sorted((inventory / "group_vars").rglob("*.yml")):
+        found.update({name: value for name, value in (yaml.safe_load(path.read_text()) or {}).items()
+                      if name.startswith(prefix)})
+    return found
+
+
 def event_bench(inventory: Path, workloads: list[str], design: evening.Design) -> evening.Bench:
     """What each block sends on the event: the rollout play's spec_bench defaults (the
     design's output tokens), with the event inventory's specfleet_bench_* values in their place,
     and the shipped prompt sets' sizes."""
     values = {**rollout_bench_defaults(), "max_tokens": design.max_tokens}
-    for path in sorted((inventory / "group_vars").rglob("*.yml")):
-        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
-            if name.startswith("specfleet_bench_") and name.removeprefix("specfleet_bench_") in values:
-                values[name.removeprefix("specfleet_bench_")] = int(value)
+    for name, value in inventory_values(inventory, "specfleet_bench_").items():
+        if name.removeprefix("specfleet_bench_") in values:
+            values[name.removeprefix("specfleet_bench_")] = int(value)
     return evening.Bench(set_sizes={w: len(prompts.entries(w)) for w in workloads}, **values)
 
 
@@ -161,11 +168,7 @@ def event_speed(units: list[dict], field: dict) -> tuple[evening.Speed, evening.
 
 def event_policy(inventory: Path) -> dict:
     """The gate's policy on the event: the shipped one with the event inventory's own values."""
-    given = {}
-    for path in sorted((inventory / "group_vars").rglob("*.yml")):
-        given.update({name: value for name, value in (yaml.safe_load(path.read_text()) or {}).items()
-                      if name.startswith("specfleet_gate_")})
-    return merge_policy(given)
+    return merge_policy(inventory_values(inventory, "specfleet_gate_"))
 
 
 def simulated_decisions(speed: evening.Speed, looks: dict, policy: dict) -> list[tuple[int, bool]]:
