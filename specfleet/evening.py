@@ -253,7 +253,8 @@ class Design:
     """How a unit measures and how the fleet is scheduled: the knobs the evening turns on.
 
     ``restart_per_block``: every block starts its side's server (one container per unit), else
-    both serve side by side and a unit starts each once; ``check_every_block``: the output check
+    both serve side by side (the plan's side_by_side): each starts once, and the decided one
+    once more alone with its whole budget; ``check_every_block``: the output check
     in every block, else once per serving; ``warm_every_block``: the warm-up in every block, else
     only after a start; ``jit_cached``: the JIT caches are mounted and pre-warmed (else every new
     container compiles its kernels again); ``lockstep``: only keys that sweep have a canary and
@@ -278,7 +279,7 @@ class Design:
 BEFORE = Design("before (main b5f57d3)", restart_per_block=True, check_every_block=True,
                 warm_every_block=True, jit_cached=False, lockstep=True, serial=(1, 3, "25%", "100%"),
                 forks=30, max_tokens=256)
-DESIGN = Design("now", restart_per_block=True, check_every_block=True, warm_every_block=True,
+DESIGN = Design("now", restart_per_block=False, check_every_block=False, warm_every_block=True,
                 jit_cached=False, lockstep=False, serial=("100%",), forks=60, max_tokens=128)
 
 
@@ -338,7 +339,7 @@ def unit_budget(design: Design, bench: Bench, speed: Speed, starts: Starts, bloc
     not, on a real unit: its compile cache pre-warmed (each start hits it), its JIT caches only
     when ``design.jit_cached``. Restarting per block, each block starts its side and a kept
     candidate is started once more after the last baseline block; side by side, each side
-    starts once and the decided one stays."""
+    starts once, and the decided one once more alone on the serving port with its whole budget."""
     total, started, start_seconds = Work(), 0, 0.0
     checked: set[str] = set()
     for index in range(blocks):
@@ -350,7 +351,7 @@ def unit_budget(design: Design, bench: Bench, speed: Speed, starts: Starts, bloc
         total += block_work(bench, speed, side, warm_up=design.warm_every_block or starts_here,
                             check=design.check_every_block or side not in checked)
         checked.add(side)
-    if kept and design.restart_per_block:
+    if kept or not design.restart_per_block:
         started += 1
         start_seconds += starts.seconds(compile_cold=False, jit_cold=not design.jit_cached)
     return Budget(started, blocks, Work(total.requests, total.tokens, total.seconds + start_seconds), start_seconds)

@@ -7,6 +7,7 @@ report shows to the user.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -245,6 +246,10 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         # The speculative serving's lighter variant, started once in its place when it runs out
         # of memory at start (specfleet_oom_retry_memory_drop); None: no retry.
         "oom_retry": None,
+        # Where the unit's memory holds both, the candidate is measured beside the baseline:
+        # {"port", "baseline", "speculative"} (the trial port and each side's
+        # --gpu-memory-utilization share); None: restart per block.
+        "side_by_side": None,
         "refused": False,
         "reasons": [],
         "notes": [],
@@ -312,12 +317,49 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         plan["serving"] = vllm_serving(
             "speculative", plan["image"], model, policy, device_class, spec_util, plan["speculative"])
         plan["oom_retry"] = _oom_retry(plan, model, policy, catalog, method, artifact, tokens, unit_gib)
+        plan["side_by_side"] = _side_by_side(plan, model, policy, f"{model.repo} + {artifact or label}", artifact_gib,
+                                             unit_gib)
         return plan
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
     plan["gpu_memory_utilization"] = baseline_util
     plan["serving"] = {**plan["baseline_serving"], "kind": "speculative"}
     return plan
+
+
+def _side_by_side(plan: dict, model: Model, policy: Mapping, speculative_what: str, speculator_gib: float,
+                  unit_gib: float) -> dict[str, Any] | None:
+    """Each side's share of the speculative serving's --gpu-memory-utilization, in proportion to
+    what it needs (its weights and the minimum KV cache; the candidate's speculator too), when
+    each share holds its side and the memory outside the shares holds each server's headroom:
+    the two serve at once (specfleet_trial_port) and the blocks switch the traffic, not the
+    server. Together they ask vLLM for no more than the candidate alone would. None (a note says
+    why) when a share falls short or specfleet_trial_port is null."""
+    port = policy["specfleet_trial_port"]
+    if port is None:
+        return None
+    kv_gib = policy["specfleet_min_kv_cache_gib"]
+    budget = plan["gpu_memory_utilization"]
+    needs = {"baseline": model.weights_gib + kv_gib, "speculative": model.weights_gib + speculator_gib + kv_gib}
+    baseline_share = math.floor(100 * budget * needs["baseline"] / sum(needs.values())) / 100
+    shares = {"baseline": baseline_share, "speculative": round(budget - baseline_share, 2)}
+    whats = {"baseline": f"{model.repo} (+{kv_gib:.2f} GiB KV)",
+             "speculative": f"{speculative_what} (+{kv_gib:.2f} GiB KV)"}
+    for side, need in needs.items():
+        problem = _memory_check(whats[side], need, shares[side], unit_gib, policy)
+        if problem:
+            plan["notes"].append(f"measured with a restart per block: beside the other serving, the {side} "
+                                 f"serving's share {shares[side]:.2f} falls short ({problem})")
+            return None
+    # Each server also holds memory outside its share (its CUDA context, its processes' host
+    # memory on unified memory): the headroom, once per server.
+    outside = (1 - budget) * unit_gib
+    headroom = policy["specfleet_memory_headroom_gib"]
+    if outside < 2 * headroom:
+        plan["notes"].append(f"measured with a restart per block: two servings need {2 * headroom:.2f} GiB outside "
+                             f"their shares, the unit leaves {outside:.2f} GiB ({1 - budget:.2f} x {unit_gib:.2f} GiB)")
+        return None
+    return {"port": port, **shares}
 
 
 def _oom_retry(plan: dict, model: Model, policy: Mapping, catalog: Catalog, method: str, artifact: str | None,

@@ -300,6 +300,11 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
     port = policy["specfleet_port"]
     if not is_integer(port) or not 1 <= port <= 65535:
         problems.append(f"specfleet_port: must be a TCP port 1..65535, got {shown(port)}")
+    trial_port = policy["specfleet_trial_port"]
+    if trial_port is not None and (not is_integer(trial_port) or not 1 <= trial_port <= 65535
+                                   or trial_port == port):
+        problems.append(f"specfleet_trial_port: must be a TCP port 1..65535 other than specfleet_port, or null "
+                        f"(restart per block), got {shown(trial_port)}")
     seed = policy["specfleet_seed"]
     if not is_integer(seed):
         problems.append(f"specfleet_seed: must be an integer, got {shown(seed)}")

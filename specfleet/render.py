@@ -95,6 +95,10 @@ def plan_summary_lines(plans: Sequence[dict]) -> list[str]:
             if plan.get("batch_table"):  # measured when c=8 alone loses (specfleet.batch_table)
                 tokens += " (per-batch-size table if c=8 loses)"
             shown = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {plan['image']}"
+            shared = plan.get("side_by_side")
+            if shared:  # both serve at once while measured, each with its share (specfleet.plan)
+                shown += (f" (measured side by side: baseline {shared['baseline']:.2f}, candidate "
+                          f"{shared['speculative']:.2f} on port {shared['port']})")
         lines.append(f"{plan['host']}: {plan['device_class']} L4T {plan.get('l4t') or '-'}: {shown}")
         lines.extend(f"    - {reason}" for reason in plan["reasons"])
     return lines

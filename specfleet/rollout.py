@@ -11,9 +11,13 @@ apply. At each step it hands what happened to one of these pure functions (throu
 - ``outcome``: the unit's result for the report so far (None until there is one);
 - ``done``: nothing more to measure; ``failed``: the unit counts as failed;
 - ``earlier``: the decision an earlier run took for this candidate, when it is reused;
-- ``blocks``: the measurement so far, in order: {side, bench} per block (baseline and
+- ``blocks``: the measurement so far, in order: {side, spec_id, bench} per block (baseline and
   speculative taking turns, specfleet.gate); ``next``: the side to serve and measure next
-  (None: measuring is over), ``next_serving`` the serving that means;
+  (None: measuring is over), ``next_serving`` the serving that means, ``next_output_check``
+  whether its block runs the output check (once per serving: a serving's answers are compared
+  once, the later blocks measure only what the gate reads of them), ``next_nonce_salt`` the
+  salt of its requests' nonces (a serving measured again: its prefix cache has seen its first
+  block's requests);
 - ``remeasure_reasons``: why a unit with an earlier decision was measured again;
 - ``failure``, ``reported_benches``: why a step failed, and the benches as registered then;
 - ``fallback``, ``known_good_failure``: what the rollback is trying after a failure, and why
@@ -28,6 +32,16 @@ apply. At each step it hands what happened to one of these pure functions (throu
   (the verdict on the candidate without it) and ``since`` (its blocks start at the baseline
   block before its first);
 - ``max_blocks``: the most blocks this unit's measurement can take (the playbook's loop);
+- ``sharing``: the plan's ``side_by_side`` while the candidate is measured beside the baseline
+  (each side with its share of memory, the candidate on the trial port: the blocks switch the
+  traffic, not the server), None when each block restarts the serving (also once a start beside
+  the other serving ran out of memory: ``unshared`` says so);
+  ``measured_baseline`` the baseline as measuring serves it (with its share when sharing),
+  ``shared_baseline`` the one measured with its share (None: never shared), ``next_beside``
+  whether ``next_serving`` starts beside the serving one (the trial container), ``next_alone``
+  whether ``serve`` is the candidate started alone after it did not start beside the baseline;
+- ``pending_known_good``: the decided serving, known-good once it has started (beside the
+  baseline neither side ran with its whole budget while measured); ``decided_started`` says so;
 - ``interrupted_trial``: the trial an earlier run left unfinished (release.on_trial), when the
   record has one: ``marker``, ``known_good`` (the serving put back first, None when there is
   none) and ``reason`` (what became of it, for the report, once known).
@@ -54,9 +68,11 @@ def _state(**fields: Any) -> State:
     state: State = {
         "record": release.empty(), "baseline": None, "candidate": None, "serve": None, "outcome": None,
         "done": False, "failed": False, "earlier": None, "blocks": [], "next": None, "next_serving": None,
-        "remeasure_reasons": [], "failure": None, "reported_benches": None, "fallback": None,
-        "known_good_failure": None, "retry": None, "sweep": None, "next_tokens": None, "table": None,
-        "max_blocks": 0, "interrupted_trial": None,
+        "next_output_check": False, "next_nonce_salt": "", "remeasure_reasons": [], "failure": None,
+        "reported_benches": None, "fallback": None, "known_good_failure": None, "retry": None, "sweep": None,
+        "next_tokens": None, "table": None, "max_blocks": 0, "interrupted_trial": None, "sharing": None,
+        "measured_baseline": None, "shared_baseline": None, "next_beside": False, "next_alone": False,
+        "unshared": None, "pending_known_good": None,
     }
     state.update(fields)
     return state
@@ -109,8 +125,11 @@ def start(
         # The key's choice, for a re-run of this unit alone (a record that holds it already, as
         # the canary's own does, is left as it is: an unchanged re-run writes nothing new).
         record = release.swept(record, planned["key"], {name: planned[name] for name in ("chosen", "canary", "tokens")})
+    sharing = plan.get("side_by_side") if plan.get("speculative") is not None else None
+    measured = _shared(baseline, sharing, beside=False)
     state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks,
-                   interrupted_trial=interrupted)
+                   interrupted_trial=interrupted, sharing=sharing, measured_baseline=measured,
+                   shared_baseline=measured if sharing else None)
     if sweeping and planned:
         state["sweep"] = {"not_started": []}
         state["max_blocks"] = sweep.max_blocks(planned["tokens"])
@@ -224,32 +243,83 @@ def _placed_retry(plan: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict
 FIRST_BLOCKS = (paired.BASELINE, paired.SPECULATIVE, paired.BASELINE)
 
 
+def _shared(spec: Mapping[str, Any], sharing: Mapping[str, Any] | None, beside: bool) -> dict[str, Any]:
+    """``spec`` as measuring serves it: with its side's share of memory while sharing, on the
+    trial port when it serves ``beside`` the serving one."""
+    if not sharing:
+        return dict(spec)
+    return serving.with_share(spec, sharing[spec["kind"]], sharing["port"] if beside else spec["port"])
+
+
 def _measuring(state: Mapping[str, Any], side: str | None, tokens: int | None = None, **fields: Any) -> State:
     """``state`` with ``fields`` and ``side`` to be served and measured next (a sweep's
-    speculative block: the candidate drafting ``tokens``)."""
-    updated = _evolve(state, next=side, next_tokens=tokens, **fields)
+    speculative block: the candidate drafting ``tokens``); while sharing, the candidate serves
+    beside the baseline, each with its share."""
+    updated = _evolve(state, next=side, next_tokens=tokens, **{"next_alone": False, **fields})
+    spec = None
     if side == paired.BASELINE:
-        updated["next_serving"] = updated["baseline"]
+        spec = updated["baseline"]
     elif side == paired.SPECULATIVE and tokens is not None:
-        updated["next_serving"] = sweep.with_tokens(updated["candidate"], tokens)
+        spec = sweep.with_tokens(updated["candidate"], tokens)
     elif side == paired.SPECULATIVE and updated.get("table"):
-        updated["next_serving"] = updated["table"]["serving"]
+        spec = updated["table"]["serving"]
     elif side == paired.SPECULATIVE:
-        updated["next_serving"] = (updated.get("retry") or {}).get("serving") or updated["candidate"]
-    else:
-        updated["next_serving"] = None
+        spec = (updated.get("retry") or {}).get("serving") or updated["candidate"]
+    beside = bool(updated.get("sharing")) and side == paired.SPECULATIVE
+    updated["next_serving"] = None if spec is None else _shared(spec, updated.get("sharing"), beside)
+    updated["next_beside"] = beside
+    served = updated["next_serving"]
+    blocks = updated.get("blocks") or []
+    updated["next_output_check"] = served is not None and not any(
+        block.get("spec_id") == served["spec_id"] and block["bench"].get("outputs") for block in blocks)
+    # A serving measured again (side by side it keeps serving) gets other nonces: its prefix cache
+    # holds its first block's requests. Its first block's are the same on both sides (the output
+    # check compares the same requests).
+    again = served is not None and any(block.get("spec_id") == served["spec_id"] for block in blocks)
+    updated["next_nonce_salt"] = f"block{len(blocks) + 1}" if again else ""
     return updated
 
 
 def baseline_serving(state: Mapping[str, Any], plan: Mapping[str, Any], run_id: str) -> State:
-    """The baseline serves while the candidate is measured; it is the known-good unless
-    another serving already is (release.baseline_serving). Measuring starts with it. The record
-    saved now, before any candidate starts, says the candidate is on trial (release.on_trial),
-    unless the plan has no speculative method (nothing but the baseline starts)."""
-    record = release.baseline_serving(state["record"], state["baseline"], state["candidate"]["spec_id"])
+    """The baseline serves while the candidate is measured (beside it: with its share); it is
+    the known-good unless another serving already is (release.baseline_serving). Measuring starts
+    with it. The record saved now, before any candidate starts, says the candidate is on trial
+    (release.on_trial), unless the plan has no speculative method (nothing but the baseline starts)."""
+    record = release.baseline_serving(state["record"], state["measured_baseline"], state["candidate"]["spec_id"])
     if plan.get("speculative") is not None:
         record = release.on_trial(record, state["candidate"], run_id)
     return _measuring(state, paired.BASELINE, record=record, serve=None)
+
+
+def _alone(state: Mapping[str, Any], failure: Mapping[str, Any]) -> State:
+    """``state`` after a start beside the other serving ran out of memory: it is measured alone,
+    every block restarting its side, as on a unit that does not hold both."""
+    cause = (failure["decisive_lines"] or [failure["message"]])[0]
+    reason = (f"the {state['next'] or 'baseline'} serving ran out of memory beside the other one ({cause}): "
+              "measured alone, restarting per block")
+    return _evolve(state, sharing=None, measured_baseline=state["baseline"], unshared=reason)
+
+
+def baseline_did_not_start(state: Mapping[str, Any], task: str, result: Mapping[str, Any]) -> State:
+    """The baseline did not start with its share of memory: alone with its whole budget once
+    (``serve``); any other failure, or one alone, is the unit's (``failure``, as
+    candidate_did_not_start)."""
+    failure = failure_of(task, result)
+    if not state.get("sharing") or failure["failure_class"] != "oom_at_start":
+        return _evolve(state, serve=None, failure=failure)
+    alone = _alone(state, failure)
+    return _evolve(alone, serve=alone["measured_baseline"])
+
+
+def replacement_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], task: str,
+                              result: Mapping[str, Any], policy: Mapping[str, Any] | None = None) -> State:
+    """What candidate_did_not_start started in place of the candidate did not start either. The
+    candidate started alone after it did not start beside the baseline is taken as a first
+    failed start (its lighter variant, a sweep's revert, the unit's failure); anything else (the
+    lighter variant, a sweep's baseline) is the unit's failure, as it failed."""
+    if state.get("next_alone"):
+        return candidate_did_not_start(_evolve(state, next_alone=False), plan, task, result, policy)
+    return _evolve(state, serve=None, failure=failure_of(task, result))
 
 
 def baseline_blocks(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -264,8 +334,12 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
     ``serve`` stays None and ``failure`` says why, for the playbook to fail with (then
     ``failed`` rolls the unit back). The candidate with its per-batch-size table not starting,
     the candidate stands as the gate judged it without one (reverted), and the unit goes back to
-    its known-good."""
+    its known-good. A candidate out of memory beside the baseline first starts alone (``serve``,
+    ``next_alone``), and every later block restarts its side."""
     failure = failure_of(task, result)
+    if state.get("next_beside") and failure["failure_class"] == "oom_at_start":
+        alone = _measuring(_alone(state, failure), paired.SPECULATIVE, state.get("next_tokens"), next_alone=True)
+        return _evolve(alone, serve=alone["next_serving"])
     if state.get("table"):
         cause = (failure["decisive_lines"] or [failure["message"]])[0]
         without = state["table"]["without"]
@@ -281,8 +355,8 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
         cause = (failure["decisive_lines"] or [failure["message"]])[0]
         not_started = [*state["sweep"]["not_started"], {"tokens": state["next_tokens"],
                                                         "failure_class": failure["failure_class"], "cause": cause}]
-        return _measuring(state, paired.BASELINE, serve=state["baseline"],
-                          sweep={**state["sweep"], "not_started": not_started})
+        measured = _measuring(state, paired.BASELINE, sweep={**state["sweep"], "not_started": not_started})
+        return _evolve(measured, serve=measured["next_serving"])
     retry = _placed_retry(plan, state["candidate"])
     if failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None:
         return _evolve(state, serve=None, failure=failure)
@@ -321,7 +395,8 @@ def block_measured(
     known-good serves), or measure one more pair."""
     side = state["next"]
     started = started or {}
-    block: dict[str, Any] = {"side": side, "bench": dict(bench)}
+    block: dict[str, Any] = {"side": side, "spec_id": (state.get("next_serving") or {}).get("spec_id"),
+                             "bench": dict(bench)}
     if started.get("startup_seconds") is not None:
         # Started for this block (not already serving): how long it took, and whether
         # torch.compile's cache served it (a miss after an image change costs minutes).
@@ -434,7 +509,7 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
                     *([batch_table.sentence(table["bands"], table["without"], keep)] if table else []),
                     *state["remeasure_reasons"]],
         "figures": verdict["figures"],
-        "measurement": measurement(verdict),
+        "measurement": {**measurement(verdict), **starts(blocks, state)},
         "baseline": slim(first_baseline),
         "speculative": slim(last_candidate),
         "resolved_speculative_config": resolved,
@@ -447,14 +522,32 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
         outcome["sweep"] = dict(found)
     if table is not None:
         outcome["batch_table"] = {"table": table["bands"], "decision": verdict["decision"]}
+    shared = state.get("shared_baseline")
     if keep:
         measured = table["serving"] if table else retry["serving"] if retry is not None else state["candidate"]
         # What the candidate is kept as: on trial, like the candidate, when it is measured again.
         outcome["served_spec_id"] = measured["spec_id"]
+        if state.get("sharing"):
+            # Measured with its share beside the baseline: known-good once it serves with its whole budget.
+            return _measuring(state, None, outcome=outcome, done=True, serve=measured, pending_known_good=measured)
         return _measuring(state, None, outcome=outcome, done=True, serve=measured,
                           record=release.known_good(record, measured))
+    if known_good and shared and known_good["spec_id"] == shared["spec_id"]:
+        # The baseline measured with its share is the known-good: it serves with its whole budget
+        # (known-good once it does).
+        return _measuring(state, None, outcome=outcome, done=True, serve=state["baseline"],
+                          pending_known_good=state["baseline"])
     return _measuring(state, None, outcome=outcome, done=True, serve=known_good,
                       record=release.serving(record, known_good) if known_good else record)
+
+
+def decided_started(state: Mapping[str, Any]) -> State:
+    """The decided serving started (the playbook's last start of a measured unit): one measured
+    with its share beside the other is the known-good now."""
+    pending = state.get("pending_known_good")
+    if pending is None:
+        return _evolve(state)
+    return _evolve(state, pending_known_good=None, record=release.known_good(state["record"], pending))
 
 
 def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
@@ -478,6 +571,15 @@ def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def starts(blocks: Sequence[Mapping[str, Any]], state: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the candidate was measured beside the baseline, and for each block whether its
+    serving was started for it (False: it already served; the first block's baseline started
+    before measuring). Beside the baseline, a baseline block never starts anything; a
+    speculative block only when its serving changes (the first, a sweep's next draft length, a
+    per-batch-size table)."""
+    return {"side_by_side": bool(state.get("sharing")), "started": [bool(block.get("startup")) for block in blocks]}
+
+
 def _draft_length_advice(plan: Mapping[str, Any], policy: Mapping[str, Any], figures: Mapping[str, Any]) -> list[str]:
     """The draft-length rule (specfleet.gate.draft_length_advice) on the first gated workload."""
     tokens = serving.speculation(plan.get("serving")).get("num_speculative_tokens")
@@ -490,7 +592,7 @@ def _draft_length_advice(plan: Mapping[str, Any], policy: Mapping[str, Any], fig
 
 def _retry_reasons(state: Mapping[str, Any]) -> list[str]:
     retry = state.get("retry")
-    return [retry["reason"]] if retry else []
+    return [reason for reason in (state.get("unshared"), retry["reason"] if retry else None) if reason]
 
 
 # ---- failing -------------------------------------------------------------------------------
@@ -530,7 +632,7 @@ def rollback_did_not_start(state: Mapping[str, Any], failure_class: str) -> Stat
         kind = (record.get("known_good") or {}).get("kind")
         noted = {"kind": kind, "failure_class": failure_class or "failed"}
         if baseline_blocks(state):
-            return _evolve(state, serve=state["baseline"], fallback="baseline", known_good_failure=noted)
+            return _evolve(state, serve=state["measured_baseline"], fallback="baseline", known_good_failure=noted)
         return _evolve(state, serve=None, fallback=None, known_good_failure=noted,
                        record=release.serving_nothing(record))
     return _evolve(state, serve=None, fallback=None, record=release.serving_nothing(record))
@@ -539,7 +641,7 @@ def rollback_did_not_start(state: Mapping[str, Any], failure_class: str) -> Stat
 def rolled_back(state: Mapping[str, Any]) -> State:
     """The rollback's serving started (the baseline of this run is the known-good now)."""
     if state["fallback"] == "baseline":
-        return _evolve(state, serve=None, record=release.known_good(state["record"], state["baseline"]))
+        return _evolve(state, serve=None, record=release.known_good(state["record"], state["measured_baseline"]))
     return _evolve(state, serve=None)
 
 

@@ -207,6 +207,21 @@ def with_speculative(spec: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
     return variant
 
 
+def with_share(spec: Mapping[str, Any], utilisation: float, port: int) -> dict[str, Any]:
+    """A vLLM serving on ``port`` with the ``utilisation`` share of the unit's memory (its
+    --gpu-memory-utilization), to serve beside another one (the plan's ``side_by_side``); a
+    serving placed on a unit (for_unit) gets the id of what it now runs."""
+    if spec.get("engine") != "vllm":
+        raise ServingError(f"only a vLLM serving shares the unit's memory, not {spec.get('engine')!r}")
+    variant = copy.deepcopy(dict(spec))
+    variant["port"] = int(port)
+    variant["flags"] = [[flag, f"{utilisation:.2f}" if flag == "--gpu-memory-utilization" else value]
+                        for flag, value in variant["flags"]]
+    if "spec_id" in variant:
+        variant["spec_id"] = spec_id(variant)
+    return variant
+
+
 def draft_repo(spec: Mapping[str, Any]) -> str | None:
     """The repo vLLM loads as the speculator by its Hugging Face id (EAGLE-3 head, draft)."""
     return (spec.get("speculative_config") or {}).get("model") if spec.get("engine") == "vllm" else None

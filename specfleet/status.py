@@ -43,6 +43,7 @@ from specfleet import serving
 # Where the rollout leaves things on a unit: the unit layout the modules and roles share.
 RELEASE_FILE = LAYOUT["release_file"]
 CONTAINER_NAME = LAYOUT["serving_container"]
+TRIAL_CONTAINER_NAME = LAYOUT["trial_container"]
 HASH_LABEL = LAYOUT["config_hash_label"]
 SECTIONS = ("release", "container")
 DEFAULT_TIMEOUT = 10.0
@@ -169,7 +170,8 @@ def interrupted_trial(record: Mapping[str, Any] | None, host: str) -> tuple[dict
     if not marker:
         return None, None
     return dict(marker), (
-        f"interrupted trial of {release_module.trial_sentence(marker)}: it may still serve it; "
+        f"interrupted trial of {release_module.trial_sentence(marker)}: it may still serve it (or beside the "
+        f"baseline, in {TRIAL_CONTAINER_NAME}); "
         f"rollout.yml or rollback.yml -l {host} returns it to its known-good"
     )
 

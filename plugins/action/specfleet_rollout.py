@@ -24,15 +24,19 @@ except ImportError as exc:
 else:
     SPECFLEET_IMPORT_ERROR = None
 
-STEPS = ("start", "trial_rolled_back", "trial_rollback_did_not_start", "earlier_did_not_start", "baseline_serving",
-         "candidate_did_not_start", "block_measured", "failed", "rollback_did_not_start", "rolled_back", "finish",
-         "rollback")
+STEPS = ("start", "trial_rolled_back", "trial_rollback_did_not_start", "earlier_did_not_start",
+         "baseline_did_not_start", "baseline_serving", "candidate_did_not_start", "replacement_did_not_start",
+         "block_measured", "decided_started", "failed", "rollback_did_not_start", "rolled_back", "finish", "rollback")
+# The steps after a start that failed: with nothing to start in its place, they fail as it failed.
+START_FAILURES = ("baseline_did_not_start", "candidate_did_not_start", "replacement_did_not_start")
 # What each step reads from its arguments (the rest comes from the unit's variables).
 ARGUMENTS = {
     "start": ("record", "record_path", "serve_env", "serve_mounts", "secret_env_names", "remeasure"),
     "trial_rollback_did_not_start": ("failure_class",),
     "earlier_did_not_start": ("failure_class",),
+    "baseline_did_not_start": ("task", "result"),
     "candidate_did_not_start": ("task", "result"),
+    "replacement_did_not_start": ("task", "result"),
     "block_measured": ("bench", "started"),
     "failed": ("task", "result"),
     "rollback_did_not_start": ("failure_class",),
@@ -80,8 +84,8 @@ class ActionModule(ActionBase):
             policy = self._templar.template(task_vars.get("specfleet_policy")) or {}
             args["max_blocks"] = int(policy.get("specfleet_gate_max_blocks") or 0)
         state = self._step(step, state, plan, args, task_vars, run_id)
-        if step == "candidate_did_not_start" and state["serve"] is None:
-            # No lighter variant to start: fail as the start failed, for the rescue to roll back.
+        if step in START_FAILURES and state["serve"] is None:
+            # Nothing to start in its place: fail as the start failed, for the rescue to roll back.
             failure = state["failure"]
             return {**result, "failed": True, "changed": False, "msg": failure["message"],
                     "failure_class": failure["failure_class"], "decisive_lines": failure["decisive_lines"],
@@ -114,11 +118,13 @@ class ActionModule(ActionBase):
             return getattr(rollout, step)(state, args["failure_class"] or "failed")
         if step == "baseline_serving":
             return rollout.baseline_serving(state, plan, run_id)
-        if step in ("trial_rolled_back", "rolled_back"):
+        if step in ("trial_rolled_back", "rolled_back", "decided_started"):
             return getattr(rollout, step)(state)
-        if step == "candidate_did_not_start":
+        if step == "baseline_did_not_start":
+            return rollout.baseline_did_not_start(state, args["task"] or "?", args["result"] or {})
+        if step in ("candidate_did_not_start", "replacement_did_not_start"):
             policy = self._templar.template(task_vars.get("specfleet_policy"))
-            return rollout.candidate_did_not_start(state, plan, args["task"] or "?", args["result"] or {}, policy)
+            return getattr(rollout, step)(state, plan, args["task"] or "?", args["result"] or {}, policy)
         if step == "block_measured":
             policy = self._templar.template(task_vars.get("specfleet_policy"))
             return rollout.block_measured(state, plan, args["bench"], policy, args["started"])

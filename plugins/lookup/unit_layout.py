@@ -19,7 +19,7 @@ options:
     description: >-
       Names of layout entries (state_dir, release_file, serving_files_dir, hf_cache_dir,
       compile_cache_dir, prewarm_cache_dir, images_dir, tiktoken_dir, openwebui_dir,
-      serving_container, config_hash_label, serving_ulimits).
+      serving_container, trial_container, config_hash_label, serving_ulimits).
     required: true
     type: list
     elements: str

@@ -1241,18 +1241,20 @@ def run_benchmark(
     deadline_s: float = 3600.0,
     kind: str = "chat",
     output_check: int = 8,
+    nonce_salt: str = "",
     top_logprobs: int = 2,
     burst_retries: int = 2,
     clock: Any = time.monotonic,
 ) -> dict[str, Any]:
     """Per workload: ``warmups`` passes over the prompts its runs will send (discarded, at the
     highest concurrency), then ``repetitions`` measured runs per concurrency N, each keeping N requests
-    in flight over ``requests`` requests (0: max(4N, the set's size)) that cycle the set, then
-    the output check: the first ``output_check`` prompts once more at concurrency 1 with their
-    tokens' logprobs and ``top_logprobs`` alternatives.
+    in flight over ``requests`` requests (0: max(4N, the set's size)) that cycle the set; after
+    every workload's runs, per workload the output check: the first ``output_check`` prompts once
+    more at concurrency 1 with their tokens' logprobs and ``top_logprobs`` alternatives.
 
     ``prompt_sets``: workload -> [(prompt id, text)]. Every request's prompt opens with a nonce
-    (``request_tag``), so prefill is never served from the prefix cache of an earlier request;
+    (``request_tag``, salted by ``nonce_salt``: a benchmark of a server that already served one
+    gives another salt), so prefill is never served from the prefix cache of an earlier request;
     the output check repeats the first concurrency-1 run's requests exactly, so its texts also
     say whether the server answers the same request the same way twice. /metrics is scraped
     around every measured run, so acceptance counts measured traffic only. A run in which a
@@ -1280,7 +1282,8 @@ def run_benchmark(
 
     def batch_of(workload: str, phase: str, picks: list[int], level: int, entries: list[tuple[str, str]],
                  logprobs: int = 0, tokens: int = max_tokens) -> BatchResult:
-        bodies = [build_request_body(kind, model, tagged(entries[index][1], request_tag(workload, phase, position)),
+        salted = f"{nonce_salt}/{phase}" if nonce_salt else phase
+        bodies = [build_request_body(kind, model, tagged(entries[index][1], request_tag(workload, salted, position)),
                                      tokens, seed, top_logprobs=logprobs)
                   for position, index in enumerate(picks)]
         return run_batch(endpoint, path, bodies, level, request_timeout, deadline, True, clock,
@@ -1345,17 +1348,20 @@ def run_benchmark(
                 results[workload][cell_key(level)] = cell
             if failure is not None:
                 break
-        if failure is None and output_check:
-            failure = out_of_time(f"{workload} output check")
-            if failure is None:
-                picks = list(range(min(output_check, len(entries))))
-                check = batch_of(workload, f"c{first_level}/run0", picks, 1, entries, top_logprobs)
-                if check.failed:
-                    failure = classify_failure(endpoint, check, f"{workload} output check")
-                else:
-                    outputs[workload] = {result.prompt_id: output_record(result) for result in check.results}
         if failure is not None:
             break
+    # After every workload's measured runs: a block with the check and one without measure the
+    # same traffic in the same order (the rollout checks a serving's first block only).
+    for workload, entries in prompt_sets.items() if failure is None and output_check else ():
+        failure = out_of_time(f"{workload} output check")
+        if failure is not None:
+            break
+        picks = list(range(min(output_check, len(entries))))
+        check = batch_of(workload, f"c{first_level}/run0", picks, 1, entries, top_logprobs)
+        if check.failed:
+            failure = classify_failure(endpoint, check, f"{workload} output check")
+            break
+        outputs[workload] = {result.prompt_id: output_record(result) for result in check.results}
     return {
         "model": model,
         "endpoint": str(endpoint),

@@ -27,8 +27,11 @@ LAYOUT = {
     "images_dir": STATE_DIR + "/images",
     "tiktoken_dir": STATE_DIR + "/tiktoken",
     "openwebui_dir": STATE_DIR + "/openwebui",
-    # One serving container per unit.
+    # One serving container per unit...
     "serving_container": "specfleet-vllm",
+    # ... and, while a candidate is measured beside the baseline (the plan's side_by_side), the
+    # candidate's: a start of the serving container stops it (its memory is the serving's).
+    "trial_container": "specfleet-vllm-trial",
     # The label vllm_container puts the serving configuration's hash under.
     "config_hash_label": "org.specfleet.config-hash",
     # Ulimits of the serving container: NVIDIA's Jetson vLLM recipes and the DGX Spark

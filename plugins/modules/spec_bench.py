@@ -81,6 +81,13 @@ options:
     description: Prompts per workload sent once more with logprobs for the output check; 0 skips it.
     type: int
     default: 8
+  nonce_salt:
+    description:
+      - Enters every request's nonce, so a server that serves several benchmarks (the rollout's
+        baseline and candidate side by side, each measured in several blocks) never meets a prompt
+        its prefix cache has seen in an earlier one. The same salt gives the same requests.
+    type: str
+    default: ""
   top_logprobs:
     description: Alternatives per token the output check asks for (the lead over the best one tells a tie).
     type: int
@@ -353,6 +360,7 @@ def main() -> None:
             "repetitions": {"type": "int", "default": 1},
             "requests": {"type": "int", "default": 0},
             "output_check": {"type": "int", "default": 8},
+            "nonce_salt": {"type": "str", "default": ""},
             "top_logprobs": {"type": "int", "default": 2},
             # A token count, not a token: said outright so it is logged (validate-modules asks).
             "max_tokens": {"type": "int", "default": 128, "no_log": False},
@@ -399,6 +407,7 @@ def main() -> None:
         repetitions=params["repetitions"],
         requests=params["requests"],
         output_check=params["output_check"],
+        nonce_salt=params["nonce_salt"],
         top_logprobs=params["top_logprobs"],
         max_tokens=params["max_tokens"],
         seed=params["seed"],

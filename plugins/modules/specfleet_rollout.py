@@ -32,6 +32,11 @@ description:
     baseline); a record that cannot be read fails the step with C(failure_class)
     C(release_record_unreadable), naming the host and the file, which nothing overwrites;
     C(earlier_did_not_start) measures again when that decided serving no longer starts;
+    where the unit holds both servings (the plan's C(side_by_side)) the baseline serves with its
+    share and the candidate starts beside it in the trial container, and a start beside the other
+    that runs out of memory starts alone (C(baseline_did_not_start), C(candidate_did_not_start);
+    C(replacement_did_not_start) takes a failed start of what was started in its place), every
+    later block then restarting its side;
     C(baseline_serving) makes the serving baseline the known-good unless another is, puts the
     trial marker on the record (saved before any candidate starts) and starts the measurement;
     C(block_measured) takes one block's bench (baseline, speculative,
@@ -42,7 +47,8 @@ description:
     on its own blocks); C(candidate_did_not_start) starts the plan's lighter
     variant (C(oom_retry)) once when the candidate ran out of memory at start, and otherwise fails
     with the start's own C(failure_class), C(decisive_lines) and C(failed_task) (the candidate with
-    its table not starting is reverted as measured without it); C(failed) says
+    its table not starting is reverted as measured without it); C(decided_started) says the decided
+    serving started (one measured with its share is the known-good from then on); C(failed) says
     why a step failed and starts the rollback to the known-good; C(rollback_did_not_start) falls
     back to this run's measured baseline, then to nothing; C(rolled_back) records what the rollback started; C(finish)
     makes the unit's outcome and records the decision for the candidate, clearing the trial marker.
@@ -55,8 +61,9 @@ options:
     description: The step that just happened, or the one to take.
     type: str
     required: true
-    choices: [start, trial_rolled_back, trial_rollback_did_not_start, earlier_did_not_start, baseline_serving,
-              candidate_did_not_start, block_measured, failed, rollback_did_not_start, rolled_back, finish, rollback]
+    choices: [start, trial_rolled_back, trial_rollback_did_not_start, earlier_did_not_start, baseline_did_not_start,
+              baseline_serving, candidate_did_not_start, replacement_did_not_start, block_measured, decided_started,
+              failed, rollback_did_not_start, rolled_back, finish, rollback]
   record:
     description:
       - The unit's release record as read, null when the unit has none; C(start) and C(rollback).
@@ -96,10 +103,12 @@ options:
         already up reports no C(startup_seconds).
     type: dict
   task:
-    description: The name of the task that failed; C(candidate_did_not_start) and C(failed).
+    description: The name of the task that failed; C(baseline_did_not_start), C(candidate_did_not_start),
+      C(replacement_did_not_start) and C(failed).
     type: str
   result:
-    description: The failed task's result; C(candidate_did_not_start) and C(failed).
+    description: The failed task's result; C(baseline_did_not_start), C(candidate_did_not_start),
+      C(replacement_did_not_start) and C(failed).
     type: dict
 extends_documentation_fragment:
   - specfleet.fleet.attributes
@@ -143,7 +152,11 @@ ansible_facts:
         - The unit's rollout state. C(record) is the release record to save; C(baseline) and
           C(candidate) the servings placed on the unit; C(serve) the serving to start next
           (null for none); C(next) and C(next_serving) the side and serving to measure next
-          (null when measuring is over), C(blocks) the blocks measured so far; C(outcome) the
+          (null when measuring is over), C(next_output_check) whether that block runs the
+          output check (a serving's first block only), C(next_nonce_salt) the salt of its
+          requests' nonces (a serving measured again), C(next_beside) whether that serving starts
+          beside the serving one (the trial container), C(measured_baseline) the baseline as
+          measuring serves it, C(blocks) the blocks measured so far; C(outcome) the
           unit's result so far and C(unit_record) its file for the report; C(done) means nothing
           more to measure, C(failed) that the unit counts as failed; C(interrupted_trial) the trial
           an earlier run left unfinished (C(known_good) the serving to put back first, C(reason)

@@ -53,12 +53,16 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))  # the fan-out benchmark's rep
 
 import fanout as fanout_bench  # noqa: E402
 import gate_accuracy  # noqa: E402
+from ansible_collections.specfleet.fleet.plugins.module_utils import jetson_identity  # noqa: E402
 from specfleet_lab import aptmirror, lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
 
 from specfleet import evening  # noqa: E402
 from specfleet.catalog import load_catalog  # noqa: E402
+from specfleet.plan import plan_unit  # noqa: E402
 from specfleet.policy import merge as merge_policy  # noqa: E402
+from specfleet.policy import resolve as resolve_policy  # noqa: E402
+from specfleet.policy import variable_names  # noqa: E402
 
 prompts = sys.modules["ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts"]
 
@@ -166,6 +170,24 @@ def event_speed(units: list[dict], field: dict) -> tuple[evening.Speed, evening.
     return speed, starts, what
 
 
+# A real unit of each class: the facts tests/fixtures/units keeps as read from one.
+CLASS_FIXTURES = {"thor": "thor-r38", "agx_orin": "agx-orin-64gb-r39", "orin_nx": "orin-nx-16gb-r36",
+                  "orin_nano": "orin-nano-8gb-r36", "dgx_spark": "dgx-spark"}
+
+
+def side_by_side(what: str, inventory: Path) -> bool:
+    """Whether the plan measures the candidate beside the baseline on a real unit of the
+    projected class and model (``what``: "class, model") under the event inventory's policy."""
+    device_class, model = what.split(", ", 1)
+    facts = jetson_identity.read_unit(jetson_identity.paths_under(
+        str(REPO / "tests" / "fixtures" / "units" / CLASS_FIXTURES[device_class])))
+    catalog = load_catalog()
+    names = set(variable_names())
+    policy = resolve_policy({**{name: value for name, value in inventory_values(inventory, "specfleet_").items()
+                                if name in names}, "specfleet_model": model}, catalog)
+    return plan_unit(f"a {device_class} unit", facts, catalog.model(model), policy, catalog)["side_by_side"] is not None
+
+
 def event_policy(inventory: Path) -> dict:
     """The gate's policy on the event: the shipped one with the event inventory's own values."""
     return merge_policy(inventory_values(inventory, "specfleet_gate_"))
@@ -271,7 +293,9 @@ def print_budgets(designs: dict[str, evening.Real], what: str, inventory: Path) 
         sizes = "+".join(str(size) for size in bench.set_sizes.values())
         print(f"{name}: a block sends {sizes} prompts ({'+'.join(bench.set_sizes)}) at "
               f"c={','.join(map(str, bench.concurrency))}, {bench.requests or 'the set size'} requests a run, "
-              f"{bench.max_tokens} tokens at most, {bench.warmups} warm-up, output check {bench.output_check}")
+              f"{bench.max_tokens} tokens at most, {bench.warmups} warm-up, output check {bench.output_check} "
+              f"{'every block' if variant.design.check_every_block else 'once per serving'}; "
+              f"{'a restart per block' if variant.design.restart_per_block else 'both servings side by side'}")
         print(f"  {'':<24} {'starts':>6} {'blocks':>6} {'requests':>8} {'tokens':>8} {'seconds':>8}")
         for label, count in marks.items():
             budget = evening.unit_budget(variant.design, bench, speed, variant.starts, count,
@@ -316,11 +340,13 @@ def main() -> int:
         # The report does not carry a unit's memory, the key's fifth factor: units of one class
         # alike (the workshop's) are one key.
         keys=len({(u["device_class"], u["model"], u["method"], u["image"]) for u in report_units if u.get("method")}))
-    found = (list(evening.DESIGN.serial), evening.DESIGN.forks, evening.DESIGN.max_tokens)
-    shipped = (rollout_serial(), ansible_forks(), rollout_bench_defaults()["max_tokens"])
+    found = (list(evening.DESIGN.serial), evening.DESIGN.forks, evening.DESIGN.max_tokens,
+             evening.DESIGN.restart_per_block)
+    shipped = (rollout_serial(), ansible_forks(), rollout_bench_defaults()["max_tokens"],
+               not side_by_side(what, EVENT_INVENTORY))
     if found != shipped:
-        raise SystemExit(f"specfleet.evening.DESIGN: serial, forks, max_tokens {found}; playbooks/rollout.yml "
-                         f"and ansible.cfg: {shipped}")
+        raise SystemExit(f"specfleet.evening.DESIGN: serial, forks, max_tokens, restart per block {found}; "
+                         f"playbooks/rollout.yml, ansible.cfg and the plan of {what}: {shipped}")
     designs = {design.name: dataclasses.replace(real, design=design,
                                                 bench=event_bench(EVENT_INVENTORY, workloads, design))
                for design in (evening.BEFORE, evening.DESIGN)}
@@ -368,8 +394,7 @@ def main() -> int:
     # The next steps, one at a time on this tree's design: what each would take off the evening.
     steps = {
         "JIT caches kept (FlashInfer, Triton)": {"jit_cached": True},
-        "both servers side by side (no restart between blocks)": {"restart_per_block": False,
-                                                                  "warm_every_block": False},
+        "one warm-up per serving (side by side)": {"warm_every_block": False},
     }
     for label, change in steps.items():
         variant = dataclasses.replace(real, design=dataclasses.replace(evening.DESIGN, **change))

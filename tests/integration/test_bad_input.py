@@ -255,6 +255,8 @@ CASES = [
          "specfleet_event_models", "unknown model(s) 'nobody/none-1B'"),
     Case("tokens-by-method-zero", {"specfleet_spec_tokens_by_method": {"thor": {"eagle3": 0}}},
          "specfleet_spec_tokens_by_method.thor.eagle3", "must be an integer 1..16, got 0"),
+    Case("trial-port-is-the-serving-port", {"specfleet_trial_port": 8000},
+         "specfleet_trial_port", "must be a TCP port 1..65535 other than specfleet_port, or null"),
     Case("oom-retry-drop-one", {"specfleet_oom_retry_memory_drop": 1},
          "specfleet_oom_retry_memory_drop", "must be a share 0 <= x < 1 (0 = no retry)"),
     Case("gate-confidence-low", {"specfleet_gate_confidence": 0.3},

@@ -47,7 +47,8 @@ from tests.conftest import lab_playbook as playbook
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 HOST_VARS_HEADER = "# Written by tests/integration/test_fault_matrix_lab.py for one run; removed after it.\n"
-SERVING = "specfleet-vllm"
+SERVING = LAYOUT["serving_container"]
+TRIAL = LAYOUT["trial_container"]  # a candidate measured beside the baseline (Thor, AGX Orin 64GB)
 RELEASE = "/var/lib/specfleet/release.json"
 HASH_LABEL = LAYOUT["config_hash_label"]
 HF_HUB = "/var/lib/specfleet/huggingface/hub"
@@ -138,15 +139,20 @@ def wrong_image_tag(host: str) -> str:
 
 def when_candidate_starts(host: str, action: str, stop: threading.Event, done: dict) -> None:
     """Run `action` on the unit as soon as the rollout has started its speculative candidate:
-    a serving container other than the one running now (which may be a kept candidate)."""
-    inspect = f"docker inspect -f '{{{{.Id}}}} {{{{json .Args}}}}' {SERVING} 2>/dev/null"
-    initial = on_unit(host, inspect, timeout=20).stdout.split(" ", 1)[0]
+    a serving container other than the one running now (which may be a kept candidate), or
+    the trial container beside it."""
+    def inspect(name: str) -> str:
+        return on_unit(host, f"docker inspect -f '{{{{.Id}}}} {{{{json .Args}}}}' {name} 2>/dev/null",
+                       timeout=20).stdout
+
+    initial = inspect(SERVING).split(" ", 1)[0]
     deadline = time.monotonic() + 1500
     while not stop.is_set() and time.monotonic() < deadline:
-        container, _, args = on_unit(host, inspect, timeout=20).stdout.partition(" ")
-        if container and container != initial and "--speculative-config" in args:
-            done[host] = on_unit(host, action, timeout=20).returncode == 0
-            return
+        for name in (SERVING, TRIAL):
+            container, _, args = inspect(name).partition(" ")
+            if container and container != initial and "--speculative-config" in args:
+                done[host] = on_unit(host, action, timeout=20).returncode == 0
+                return
         time.sleep(0.5)
 
 

@@ -25,6 +25,9 @@ def test_plan_playbook_prints_every_unit():
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "thor-r38: thor L4T 38.2.0: eagle3 k=5 util=0.80 vllm/vllm-openai:v0.20.2" in out
+    # Thor holds both servings while measured (YAML folds the long line).
+    assert ("thor-r38: thor L4T 38.2.0: eagle3 k=5 util=0.80 vllm/vllm-openai:v0.20.2 (measured side by side: "
+            "baseline 0.37, candidate 0.43 on port 8001)") in " ".join(out.split())
     assert ("agx-orin-64gb-r36: agx_orin L4T 36.4.3: eagle3 k=3 util=0.80 "
             "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin") in out
     assert "orin-nano-8gb-r36: orin_nano L4T 36.4.7: ngram k=3" in out

@@ -104,6 +104,20 @@ def test_rollout_decisions(rolled_out):
         assert records[host]["measurement"]["blocks"][:3] == ["baseline", "speculative", "baseline"]
         # 4 prompts per workload (the lab's specfleet_bench_output_check), two workloads.
         assert records[host]["measurement"]["output_check"]["compared"] == 8, records[host]["measurement"]
+    # Where the unit holds both servings (Thor and AGX Orin 64GB with an 8B target) the candidate
+    # serves beside the baseline: two starts decide (the baseline's before measuring, the
+    # candidate's in its first block), and no block after restarts anything. Orin NX and Nano
+    # fall short of two shares and restart the serving for each block after the first.
+    for host in ("thor-01", "agxorin-jp6-01", "agxorin-jp72-01"):
+        measured = records[host]["measurement"]
+        assert measured["side_by_side"] is True, (host, measured)
+        assert measured["started"] == [block == 1 for block in range(len(measured["blocks"]))], (host, measured)
+        names = on_unit(host, "docker ps -a --format '{{.Names}}'").stdout.split()
+        assert names == ["specfleet-vllm"], (host, names)  # the other serving went
+    for host in ("orinnx-01", "orinnano-01"):
+        measured = records[host]["measurement"]
+        assert measured["side_by_side"] is False, (host, measured)
+        assert measured["started"] == [block > 0 for block in range(len(measured["blocks"]))], (host, measured)
     # Thor's FP4 target is fast enough that five drafted positions cost chat more than they bring.
     assert any(reason.startswith("chat: throughput at c=1") and "regresses beyond the 3.0% margin" in reason
                for reason in records["thor-01"]["reasons"]), records["thor-01"]["reasons"]

@@ -31,6 +31,10 @@ from .engine import Engine, NoiseModel
 from .errors import ENGINE_FRAMES, FRONTEND_FRAMES, VLLM_SITE, StartupFailure, pydantic_value_error
 from .faults import Faults, for_server, load_faults
 from .gpu import NO_DEVICE_MESSAGE, GpuSpec, load_gpu_spec
+from .held import describe as describe_held
+from .held import hold as hold_memory
+from .held import others as held_by_others
+from .held import total_gib as held_total_gib
 from .hub import ModelInfo, harmony_failure, hub_cache_dir, load_model, tiktoken_files_present
 from .logs import ENGINE_CORE, VllmLogger
 from .memory import MemoryPlan, effective_precision, effective_weights_gib, plan_memory
@@ -320,6 +324,13 @@ def _engine_core(st: Startup) -> Engine:
     # On unified memory the page cache counts as used at this check (vllm#48140): the lab's
     # EMULATED one, as it stands now (the toolkit drops it just before the start).
     st.page_cache = load_page_cache(st.env, hub_cache_dir(st.env))
+    # Other servers running on the unit hold their shares (the candidate beside the baseline):
+    # used memory at this check, as the real one sees it (EMULATED, held.py).
+    others = [] if st.page_cache is None else held_by_others(page_cache_dir(st.env))
+    if others:
+        gpu = dataclasses.replace(
+            gpu, memory_used_by_others_mib=gpu.memory_used_by_others_mib + round(held_total_gib(others) * 1024))
+        log.info("held.py:1", describe_held(others), ENGINE_CORE)
     memory = plan_memory(
         gpu,
         target,
@@ -338,6 +349,9 @@ def _engine_core(st: Startup) -> Engine:
         log.info("pagecache.py:1", describe_page_cache(st.page_cache, memory.page_cache_gib), ENGINE_CORE)
     if memory.failure_kind == "free_memory":
         raise _engine_failure(memory.failure, "gpu_worker.py", "init_device")
+    if st.page_cache is not None:
+        # From here on this server holds its share, for as long as its process lives.
+        hold_memory(page_cache_dir(st.env), memory.requested_gib, args.model, args.port)
 
     draft = spec.draft if spec is not None and spec.draft is not target else None
     has_drafter_graph = spec is not None and spec.method != "ngram"

@@ -142,12 +142,14 @@ def test_a_unit_restarting_per_block_starts_each_block_and_the_kept_candidate_ag
     assert reverted.work.requests == sum(b.requests for b in blocks)
 
 
-def test_side_by_side_a_unit_starts_twice_and_measures_each_serving_once_warm_and_checked() -> None:
-    found = evening.unit_budget(SIDE_BY_SIDE, BENCH, SPEED, STARTS, 5, kept=True)
-    assert (found.starts, found.blocks, found.start_seconds) == (2, 5, 50.0)
+@pytest.mark.parametrize("kept", [True, False])
+def test_side_by_side_a_unit_decides_with_two_starts_and_measures_each_serving_once_warm_and_checked(kept) -> None:
+    found = evening.unit_budget(SIDE_BY_SIDE, BENCH, SPEED, STARTS, 5, kept=kept)
+    # Two starts decide; the decided serving then starts alone with its whole budget.
+    assert (found.starts, found.blocks, found.start_seconds) == (3, 5, 75.0)
     first = [evening.block_work(BENCH, SPEED, side, True, True) for side in ("baseline", "speculative")]
     later = [evening.block_work(BENCH, SPEED, side, False, False) for side in ("baseline", "speculative", "baseline")]
-    assert found.work.seconds == pytest.approx(sum(b.seconds for b in first + later) + 50)
+    assert found.work.seconds == pytest.approx(sum(b.seconds for b in first + later) + 75)
 
 
 def test_the_expected_slowest_of_a_wave() -> None:

@@ -328,3 +328,46 @@ def test_the_oom_retry_takes_the_smallest_smaller_draft_model(unit_facts):
     assert retry["change"] == ("--gpu-memory-utilization 0.70 (was 0.80) and the smaller draft Qwen/Qwen3-0.6B "
                                "(was Qwen/Qwen3-1.7B)")
     assert serving_module.speculation(retry["serving"])["method"] == "draft_model"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "model", "shares"),
+    [
+        # Each side's share of the candidate's 0.80, in proportion to what it needs.
+        ("thor-r38", "nvidia/Llama-3.1-8B-Instruct-FP4", (0.37, 0.43)),
+        ("agx-orin-64gb-r36", "meta-llama/Llama-3.1-8B-Instruct", (0.39, 0.41)),
+        # The largest model, Orin NX and Nano: a share falls short, each block restarts.
+        ("thor-r38", "openai/gpt-oss-120b", None),
+        ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP4", None),
+        ("orin-nano-8gb-r36", "meta-llama/Llama-3.2-1B-Instruct", None),
+    ],
+)
+def test_the_candidate_is_measured_beside_the_baseline_where_the_unit_holds_both(unit_facts, fixture, model, shares):
+    plan = plan_for(unit_facts(fixture), model)
+    found = plan["side_by_side"]
+    if shares is None:
+        assert found is None
+        assert any(note.startswith("measured with a restart per block: beside the other serving, the baseline "
+                                   "serving's share") for note in plan["notes"]), plan["notes"]
+        return
+    assert found == {"port": 8001, "baseline": shares[0], "speculative": shares[1]}
+    assert shares[0] + shares[1] == pytest.approx(plan["gpu_memory_utilization"])
+    memory = plan["memory"]
+    needs = (memory["target_gib"] + memory["min_kv_gib"],
+             memory["target_gib"] + memory["speculator_gib"] + memory["min_kv_gib"])
+    for share, need in zip(shares, needs, strict=True):
+        assert share * memory["unit_gib"] >= need
+
+
+def test_no_side_by_side_without_a_trial_port(unit_facts):
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4", specfleet_trial_port=None)
+    assert plan["side_by_side"] is None and not any("restart per block" in note for note in plan["notes"])
+
+
+def test_two_servings_keep_the_headroom_each_outside_their_shares(unit_facts):
+    # Thor keeps 0.20 x 122.82 = 24.56 GiB outside the candidate's 0.80: two 12 GiB headrooms fit, two 13 do not.
+    assert plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
+                    specfleet_memory_headroom_gib=12)["side_by_side"] is not None
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4", specfleet_memory_headroom_gib=13)
+    assert plan["side_by_side"] is None
+    assert "two servings need 26.00 GiB outside their shares, the unit leaves 24.56 GiB" in " ".join(plan["notes"])

@@ -132,6 +132,28 @@ def test_an_inconclusive_verdict_measures_one_more_pair():
     assert "straddles" in state["outcome"]["measurement"]["deciding"], state["outcome"]["measurement"]
 
 
+def test_each_serving_runs_the_output_check_in_its_first_block_only():
+    """The gate compares a serving's answers once: its later blocks measure only what it reads."""
+    borderline = bench("speculative", 1.31, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)
+    state = rollout.baseline_serving(started(), PLAN, RUN)
+    assert state["next_output_check"]
+    state = rollout.block_measured(state, PLAN, BASELINE_BENCH, POLICY)
+    assert state["next"] == "speculative" and state["next_output_check"]
+    state = rollout.block_measured(state, PLAN, borderline, POLICY)
+    assert state["next"] == "baseline" and not state["next_output_check"]
+    unchecked = {**BASELINE_BENCH, "outputs": {}}
+    state = rollout.block_measured(state, PLAN, unchecked, POLICY)
+    assert state["next"] == "speculative" and not state["next_output_check"]
+    assert [block["spec_id"] for block in state["blocks"]] == [state["baseline"]["spec_id"],
+                                                               state["candidate"]["spec_id"],
+                                                               state["baseline"]["spec_id"]]
+    # A serving whose first block brought no answers (an output check of 0) checks in its next.
+    fresh = rollout.block_measured(rollout.baseline_serving(started(), PLAN, RUN), PLAN, unchecked, POLICY)
+    assert fresh["next"] == "speculative" and fresh["next_output_check"]
+    fresh = rollout.block_measured(fresh, PLAN, borderline, POLICY)
+    assert fresh["next"] == "baseline" and fresh["next_output_check"]
+
+
 def test_an_earlier_decision_that_no_longer_starts_is_measured_again():
     kept = rollout.finish(gated(measured_baseline(started()), FAST), "r1")
     state = rollout.earlier_did_not_start(started(kept["record"]), "spec_config_rejected")
@@ -669,3 +691,105 @@ def test_a_record_that_cannot_be_read_stops_the_start_and_the_rollback():
         rollout.rollback("[]")
     with pytest.raises(release.UnreadableRecord, match="record version 3"):
         rollout.start(REFUSED, json.dumps({**release.empty(), "version": 3}), ENV, MOUNTS, [], False)
+
+
+# ---- side by side: the candidate measured beside the baseline --------------------------------
+def with_memory(spec: dict, utilisation: str) -> dict:
+    return {**spec, "flags": [["--gpu-memory-utilization", utilisation], ["--seed", "0"]]}
+
+
+SHARED = {"port": 8001, "baseline": 0.37, "speculative": 0.43}
+SHARED_PLAN = {**PLAN, "serving": with_memory(PLAN["serving"], "0.80"),
+               "baseline_serving": with_memory(PLAN["baseline_serving"], "0.85"), "side_by_side": SHARED,
+               "oom_retry": {"serving": with_memory(LIGHTER, "0.70"), "change": "--gpu-memory-utilization 0.70"}}
+
+
+def flags_and_port(spec: dict) -> tuple:
+    return dict(serving.engine_flags(spec))["--gpu-memory-utilization"], spec["port"]
+
+
+@pytest.mark.parametrize(("candidate", "decision"), [(FAST, "kept"), (SLOW, "reverted")])
+def test_a_unit_that_holds_both_switches_the_traffic_not_the_server(candidate, decision):
+    state = started(plan=SHARED_PLAN)
+    # The baseline serves with its share on the serving port: that is what a rollback returns to
+    # until a serving with its whole budget has started.
+    assert flags_and_port(state["measured_baseline"]) == ("0.37", 8000)
+    serving_baseline = rollout.baseline_serving(state, SHARED_PLAN, RUN)
+    assert serving_baseline["next_serving"] == state["measured_baseline"] and not serving_baseline["next_beside"]
+    assert serving_baseline["record"]["known_good"] == serving_baseline["record"]["current"] == \
+        state["measured_baseline"]
+    state = measured_baseline(state, SHARED_PLAN)
+    # The candidate starts beside it, with its share, on the trial port; its answers are checked,
+    # on the very requests the baseline answered (no salt in either side's first block).
+    assert state["next"] == "speculative" and state["next_beside"] and state["next_output_check"]
+    assert state["next_nonce_salt"] == ""
+    assert flags_and_port(state["next_serving"]) == ("0.43", 8001)
+    assert state["next_serving"]["spec_id"] == serving.for_unit(state["next_serving"], ENV, MOUNTS,
+                                                                ["HF_TOKEN"])["spec_id"]
+    state = rollout.block_measured(state, SHARED_PLAN, candidate, POLICY,
+                                   {"resolved_speculative_config": {"method": "eagle3"}, "startup_seconds": 30.0})
+    # Back to the baseline that never stopped: the same serving, so nothing restarts, and its
+    # answers were checked in its first block; its requests get other nonces than there (its
+    # prefix cache holds those), while both sides' first blocks sent the same requests.
+    assert state["next_serving"] == state["measured_baseline"] and not state["next_beside"]
+    assert not state["next_output_check"] and state["next_nonce_salt"] == "block3"
+    state = rollout.block_measured(state, SHARED_PLAN, BASELINE_BENCH, POLICY)
+    assert state["done"] and state["outcome"]["decision"] == decision
+    assert state["outcome"]["measurement"]["side_by_side"] is True
+    assert state["outcome"]["measurement"]["started"] == [False, True, False]
+    # The decided serving serves alone with its whole budget on the serving port, and is the
+    # known-good once it has started (until then, the baseline that served with its share).
+    expected = state["candidate"] if decision == "kept" else state["baseline"]
+    assert state["serve"] == expected and flags_and_port(expected) == (("0.80", 8000) if decision == "kept"
+                                                                        else ("0.85", 8000))
+    assert state["record"]["known_good"] == state["measured_baseline"]
+    assert rollout.failed(state, "Start the spec", OOM)["serve"] == state["measured_baseline"]
+    state = rollout.decided_started(state)
+    assert rollout.finish(state, "r1")["record"]["known_good"] == expected
+    assert rollout.decided_started(state) == state  # nothing pending: nothing changes
+
+
+def test_out_of_memory_beside_the_baseline_starts_alone_then_falls_back_to_restarts():
+    state = measured_baseline(started(plan=SHARED_PLAN), SHARED_PLAN)
+    state = rollout.candidate_did_not_start(state, SHARED_PLAN, "Start the spec and wait until it serves", OOM)
+    # The planned candidate alone on the serving port first; every later block restarts its side.
+    assert state["sharing"] is None and state["next_alone"] and not state["next_beside"]
+    assert state["serve"] == state["next_serving"] == state["candidate"] and state["retry"] is None
+    assert state["unshared"].startswith("the speculative serving ran out of memory beside the other one "
+                                        "(ValueError: Free memory on device")
+    # Out of memory alone too: its lighter variant, once, as on a unit that never shared.
+    retried = rollout.replacement_did_not_start(state, SHARED_PLAN, "Start it", OOM)
+    assert retried["serve"] == retried["retry"]["serving"] and flags_and_port(retried["serve"]) == ("0.70", 8000)
+    assert not retried["next_alone"]
+    state = rollout.block_measured(retried, SHARED_PLAN, FAST, POLICY)
+    assert state["next_serving"] == state["baseline"] and flags_and_port(state["baseline"]) == ("0.85", 8000)
+    kept = rollout.block_measured(state, SHARED_PLAN, BASELINE_BENCH, POLICY)
+    assert kept["outcome"]["reasons"][1] == retried["unshared"]
+    # Anything else started in the candidate's place that does not start fails as it failed.
+    assert rollout.replacement_did_not_start(retried, SHARED_PLAN, "Start it", OOM)["failure"] is not None
+
+
+def test_a_baseline_that_does_not_start_with_its_share_starts_alone():
+    state = started(plan=SHARED_PLAN)
+    alone = rollout.baseline_did_not_start(state, "Start the baseline", OOM)
+    assert alone["serve"] == alone["measured_baseline"] == state["baseline"] and alone["sharing"] is None
+    assert rollout.baseline_serving(alone, SHARED_PLAN, RUN)["next_serving"] == state["baseline"]
+    other = {**OOM, "failure_class": "spec_config_rejected"}
+    assert rollout.baseline_did_not_start(state, "Start the baseline", other)["serve"] is None
+    assert rollout.baseline_did_not_start(alone, "Start the baseline alone", OOM)["failure"] is not None
+
+
+def test_a_draft_length_that_does_not_start_beside_the_baseline_is_tried_alone():
+    plan = {**SHARED_PLAN, "sweep": {"key": KEY, "tokens": [2, 5]}}
+    state = measured_baseline(rollout.start(plan, None, ENV, MOUNTS, [], False, True, 5), plan)
+    assert state["next_beside"] and flags_and_port(state["next_serving"]) == ("0.43", 8001)
+    alone = rollout.candidate_did_not_start(state, plan, "Start the speculative serving", OOM)
+    assert alone["serve"] == sweep.with_tokens(alone["candidate"], 2) and alone["next_alone"]
+    # Alone it does not start either: a revert for that k, and the baseline (whole) serves in its place.
+    failed = rollout.replacement_did_not_start(alone, plan, "Start it", OOM)
+    assert failed["serve"] == failed["baseline"] and failed["sweep"]["not_started"][0]["tokens"] == 2
+
+
+def test_a_baseline_only_plan_shares_nothing():
+    state = started(plan={**BASELINE_ONLY, "side_by_side": SHARED})
+    assert state["sharing"] is None and state["measured_baseline"] == state["baseline"]

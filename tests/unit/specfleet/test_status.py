@@ -250,7 +250,8 @@ CASES = [
         },
         [
             f"interrupted trial of the speculative serving {CANDIDATE_SPEC['spec_id'][:8]} (eagle3, k=5) in run r9: "
-            "it may still serve it; rollout.yml or rollback.yml -l thor-01 returns it to its known-good",
+            "it may still serve it (or beside the baseline, in specfleet-vllm-trial); rollout.yml or rollback.yml "
+            "-l thor-01 returns it to its known-good",
             "matches no spec in the release record (the candidate of the interrupted trial?)",
         ],
     ),

@@ -193,3 +193,32 @@ def test_request_bodies_ask_for_logprobs_only_when_told():
     asked = client.build_request_body("chat", "m", "x", 8, 1, top_logprobs=2)
     assert (asked["logprobs"], asked["top_logprobs"]) == (True, 2)
     assert client.build_request_body("completion", "m", "x", 8, 1, top_logprobs=2)["logprobs"] == 2
+
+
+def test_the_output_checks_come_after_every_workloads_measured_runs(server):
+    """A block with the check and one without send the measured traffic in the same order."""
+    prompts = {"code_edit": PROMPTS["code_edit"], "chat": [(f"chat-{i}", f"Say {i}.") for i in range(10)]}
+    checked = client.run_benchmark(server, "m", prompts, [1], max_tokens=TOKENS, request_timeout=10, warmups=0,
+                                   output_check=3)
+    assert checked["ok"], checked["failure"]
+    with_check = [bool(body.get("logprobs")) for body in Server.bodies]
+    assert with_check == [False] * 20 + [True] * 6  # both workloads' runs, then both checks
+    measured_with_check = [body["messages"][0]["content"] for body in Server.bodies if not body.get("logprobs")]
+    Server.bodies = []
+    unchecked = client.run_benchmark(server, "m", prompts, [1], max_tokens=TOKENS, request_timeout=10, warmups=0,
+                                     output_check=0)
+    assert unchecked["ok"] and unchecked["outputs"] == {}
+    assert [body["messages"][0]["content"] for body in Server.bodies] == measured_with_check
+    assert list(checked["outputs"]) == ["code_edit", "chat"]
+
+
+def test_a_nonce_salt_gives_every_request_another_nonce_and_the_same_salt_the_same(server):
+    """A server measured in several blocks (side by side) never meets a prompt twice."""
+    def openings(salt):
+        Server.bodies = []
+        assert bench(server, [1], warmups=1, output_check=0, nonce_salt=salt)["ok"]
+        return [body["messages"][0]["content"].split("\n\n", 1) for body in Server.bodies]
+
+    first, second, again = openings("block0"), openings("block2"), openings("block0")
+    assert first == again
+    assert all(a[1] == b[1] and a[0] != b[0] for a, b in zip(first, second, strict=True))
