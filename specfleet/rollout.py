@@ -37,7 +37,7 @@ apply. At each step it hands what happened to one of these pure functions (throu
   traffic, not the server), None when each block restarts the serving (also once a start beside
   the other serving ran out of memory: ``unshared`` says so);
   ``measured_baseline`` the baseline as measuring serves it (with its share when sharing),
-  ``shared_baseline`` the one measured with its share (None: never shared), ``next_beside``
+  ``next_beside``
   whether ``next_serving`` starts beside the serving one (the trial container), ``next_alone``
   whether ``serve`` is the candidate started alone after it did not start beside the baseline;
 - ``pending_known_good``: the decided serving, known-good once it has started (beside the
@@ -71,7 +71,7 @@ def _state(**fields: Any) -> State:
         "next_output_check": False, "next_nonce_salt": "", "remeasure_reasons": [], "failure": None,
         "reported_benches": None, "fallback": None, "known_good_failure": None, "retry": None, "sweep": None,
         "next_tokens": None, "table": None, "max_blocks": 0, "interrupted_trial": None, "sharing": None,
-        "measured_baseline": None, "shared_baseline": None, "next_beside": False, "next_alone": False,
+        "measured_baseline": None, "next_beside": False, "next_alone": False,
         "unshared": None, "pending_known_good": None,
     }
     state.update(fields)
@@ -126,10 +126,9 @@ def start(
         # the canary's own does, is left as it is: an unchanged re-run writes nothing new).
         record = release.swept(record, planned["key"], {name: planned[name] for name in ("chosen", "canary", "tokens")})
     sharing = plan.get("side_by_side") if plan.get("speculative") is not None else None
-    measured = _shared(baseline, sharing, beside=False)
     state = _state(record=record, baseline=baseline, candidate=candidate, max_blocks=max_blocks,
-                   interrupted_trial=interrupted, sharing=sharing, measured_baseline=measured,
-                   shared_baseline=measured if sharing else None)
+                   interrupted_trial=interrupted, sharing=sharing,
+                   measured_baseline=_shared(baseline, sharing, beside=False))
     if sweeping and planned:
         state["sweep"] = {"not_started": []}
         state["max_blocks"] = sweep.max_blocks(planned["tokens"])
@@ -270,13 +269,12 @@ def _measuring(state: Mapping[str, Any], side: str | None, tokens: int | None = 
     updated["next_beside"] = beside
     served = updated["next_serving"]
     blocks = updated.get("blocks") or []
-    updated["next_output_check"] = served is not None and not any(
-        block.get("spec_id") == served["spec_id"] and block["bench"].get("outputs") for block in blocks)
+    before = [block for block in blocks if served is not None and block.get("spec_id") == served["spec_id"]]
+    updated["next_output_check"] = served is not None and not any(block["bench"].get("outputs") for block in before)
     # A serving measured again (side by side it keeps serving) gets other nonces: its prefix cache
     # holds its first block's requests. Its first block's are the same on both sides (the output
     # check compares the same requests).
-    again = served is not None and any(block.get("spec_id") == served["spec_id"] for block in blocks)
-    updated["next_nonce_salt"] = f"block{len(blocks) + 1}" if again else ""
+    updated["next_nonce_salt"] = f"block{len(blocks) + 1}" if before else ""
     return updated
 
 
@@ -294,7 +292,7 @@ def baseline_serving(state: Mapping[str, Any], plan: Mapping[str, Any], run_id: 
 def _alone(state: Mapping[str, Any], failure: Mapping[str, Any]) -> State:
     """``state`` after a start beside the other serving ran out of memory: it is measured alone,
     every block restarting its side, as on a unit that does not hold both."""
-    cause = (failure["decisive_lines"] or [failure["message"]])[0]
+    cause = _cause(failure)
     reason = (f"the {state['next'] or 'baseline'} serving ran out of memory beside the other one ({cause}): "
               "measured alone, restarting per block")
     return _evolve(state, sharing=None, measured_baseline=state["baseline"], unshared=reason)
@@ -341,7 +339,7 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
         alone = _measuring(_alone(state, failure), paired.SPECULATIVE, state.get("next_tokens"), next_alone=True)
         return _evolve(alone, serve=alone["next_serving"])
     if state.get("table"):
-        cause = (failure["decisive_lines"] or [failure["message"]])[0]
+        cause = _cause(failure)
         without = state["table"]["without"]
         verdict = {**without, "reasons": [*without["reasons"], f"the per-batch-size table did not start "
                                                                 f"({failure['failure_class']}: {cause})"]}
@@ -352,7 +350,7 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
     if state.get("sweep"):
         # A draft length whose serving does not start is a revert; the baseline serves and is
         # measured in its block, and the sweep goes on.
-        cause = (failure["decisive_lines"] or [failure["message"]])[0]
+        cause = _cause(failure)
         not_started = [*state["sweep"]["not_started"], {"tokens": state["next_tokens"],
                                                         "failure_class": failure["failure_class"], "cause": cause}]
         measured = _measuring(state, paired.BASELINE, sweep={**state["sweep"], "not_started": not_started})
@@ -360,7 +358,7 @@ def candidate_did_not_start(state: Mapping[str, Any], plan: Mapping[str, Any], t
     retry = _placed_retry(plan, state["candidate"])
     if failure["failure_class"] != "oom_at_start" or retry is None or state.get("retry") is not None:
         return _evolve(state, serve=None, failure=failure)
-    cause = (failure["decisive_lines"] or [failure["message"]])[0]
+    cause = _cause(failure)
     reason = (f"the speculative serving ran out of memory at start ({cause}); started once more with "
               f"{plan['oom_retry']['change']}")
     return _measuring(state, paired.SPECULATIVE, serve=retry, retry={"serving": retry, "reason": reason})
@@ -522,7 +520,6 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
         outcome["sweep"] = dict(found)
     if table is not None:
         outcome["batch_table"] = {"table": table["bands"], "decision": verdict["decision"]}
-    shared = state.get("shared_baseline")
     if keep:
         measured = table["serving"] if table else retry["serving"] if retry is not None else state["candidate"]
         # What the candidate is kept as: on trial, like the candidate, when it is measured again.
@@ -532,7 +529,8 @@ def _decided(state: Mapping[str, Any], plan: Mapping[str, Any], policy: Mapping[
             return _measuring(state, None, outcome=outcome, done=True, serve=measured, pending_known_good=measured)
         return _measuring(state, None, outcome=outcome, done=True, serve=measured,
                           record=release.known_good(record, measured))
-    if known_good and shared and known_good["spec_id"] == shared["spec_id"]:
+    shared = plan.get("side_by_side")  # tried, even when a start beside the other fell back to alone
+    if known_good and shared and known_good["spec_id"] == _shared(state["baseline"], shared, False)["spec_id"]:
         # The baseline measured with its share is the known-good: it serves with its whole budget
         # (known-good once it does).
         return _measuring(state, None, outcome=outcome, done=True, serve=state["baseline"],
@@ -596,6 +594,11 @@ def _retry_reasons(state: Mapping[str, Any]) -> list[str]:
 
 
 # ---- failing -------------------------------------------------------------------------------
+def _cause(failure: Mapping[str, Any]) -> str:
+    """The line that says why a start failed: its first decisive log line, else its message."""
+    return (failure["decisive_lines"] or [failure["message"]])[0]
+
+
 def failure_of(task: str, result: Mapping[str, Any]) -> dict[str, Any]:
     """Why a task failed: the launch module's class and decisive log lines, a failed
     benchmark's own account, or Ansible's message. A failure handed on by the rollout's own

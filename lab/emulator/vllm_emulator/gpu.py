@@ -7,6 +7,7 @@ fails in a container that has no GPU driver (no NVML, no platform detected).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -53,6 +54,10 @@ class GpuSpec:
     @property
     def used_by_others_gib(self) -> float:
         return self.memory_used_by_others_mib / 1024.0
+
+    def also_used(self, mib: int) -> GpuSpec:
+        """This GPU with ``mib`` more held outside this server (another server, a drafter's leak)."""
+        return dataclasses.replace(self, memory_used_by_others_mib=self.memory_used_by_others_mib + mib)
 
 
 def gpu_file_path(env: Mapping[str, str]) -> Path:

@@ -328,8 +328,7 @@ def _engine_core(st: Startup) -> Engine:
     # used memory at this check, as the real one sees it (EMULATED, held.py).
     others = [] if st.page_cache is None else held_by_others(page_cache_dir(st.env))
     if others:
-        gpu = dataclasses.replace(
-            gpu, memory_used_by_others_mib=gpu.memory_used_by_others_mib + round(held_total_gib(others) * 1024))
+        gpu = gpu.also_used(round(held_total_gib(others) * 1024))
         log.info("held.py:1", describe_held(others), ENGINE_CORE)
     memory = plan_memory(
         gpu,
@@ -581,9 +580,7 @@ def start(
     try:
         st.gpu = load_gpu_spec(env)
         if faults.drafter_unbudgeted_mib and args.speculative_config is not None:
-            st.gpu = dataclasses.replace(
-                st.gpu, memory_used_by_others_mib=st.gpu.memory_used_by_others_mib + faults.drafter_unbudgeted_mib
-            )
+            st.gpu = st.gpu.also_used(faults.drafter_unbudgeted_mib)
         log.info("__init__.py:216", "Automatically detected platform cuda.")
     except StartupFailure as failure:
         # vLLM only fails later, when the engine config asks for the device type.

@@ -16,7 +16,6 @@ switches are the emulator's shared ones.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import faulthandler
 import os
 import signal
@@ -426,9 +425,7 @@ def start(
     settings = runtime_settings(env)
     gpu = load_gpu_spec(env)
     if faults.drafter_unbudgeted_mib and args.speculative_config is not None:
-        gpu = dataclasses.replace(
-            gpu, memory_used_by_others_mib=gpu.memory_used_by_others_mib + faults.drafter_unbudgeted_mib
-        )
+        gpu = gpu.also_used(faults.drafter_unbudgeted_mib)
     st = TrtllmStartup(args=args, env=env, log=log, settings=settings, faults=faults, gpu=gpu)
     if faults.any:
         log.plain(f"{LABEL} fault switches active: {faults.as_dict()}")
