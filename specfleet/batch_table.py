@@ -31,11 +31,17 @@ from typing import Any
 from specfleet import gate, serving
 from specfleet.catalog import version_key
 
+# The key's name in every released vLLM (0.24.0 on): one name, so no version switch. An open
+# PR (vllm-project/vllm #48944) renames it `speculative_token_schedule` and keeps this name as
+# an alias; should a release ever drop the alias, the name must follow the image's vllm_version.
 FIELD = "num_speculative_tokens_per_batch_size"
 # The first vLLM release with the field (vllm-project/vllm PR #32374, in v0.24.0).
 SUPPORTED_SINCE = (0, 24, 0)
 # Speculation stays on up to the largest concurrency measured to pay: the bench's c=1.
 SPECULATE_UP_TO = 1
+# The methods vLLM's documentation says the table was tested with (EAGLE and EAGLE-3; DFlash,
+# which this toolkit does not plan): docs/features/speculative_decoding/dynamic_speculative_decoding.md.
+TESTED_METHODS = ("eagle", "eagle3")
 
 Table = list[list[int]]
 
@@ -48,10 +54,13 @@ def supported(vllm_version: str | None) -> bool:
 
 def for_plan(plan: Mapping[str, Any], policy: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the plan says about a table: the batch sizes it would cover (``max_batch``: the
-    server's --max-num-seqs), or None when the plan has none to try (no vLLM speculation, an
-    image without the field, or specfleet_spec_batch_table false)."""
+    server's --max-num-seqs), or None when the plan has none to try (no vLLM speculation, a
+    method vLLM did not test the table with, an image without the field, or
+    specfleet_spec_batch_table false)."""
     spec = plan.get("serving") or {}
     if plan.get("refused") or not plan.get("speculative") or spec.get("engine") != "vllm":
+        return None
+    if plan["speculative"].get("method") not in TESTED_METHODS:
         return None
     if not policy.get("specfleet_spec_batch_table") or not supported(plan.get("vllm_version")):
         return None

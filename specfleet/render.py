@@ -12,6 +12,27 @@ from rich.table import Table
 from specfleet import serving
 
 
+def image_text(plan: Mapping[str, Any]) -> str:
+    """The serving image with what a reader checks it for: the engine version inside it and
+    whether its digest is pinned (``vLLM 0.26.0, pinned``; ``vLLM unknown, tag only``)."""
+    if not plan.get("image"):
+        return "-"
+    engine = "TensorRT-LLM" if plan.get("backend") == "trtllm" else "vLLM"
+    version = plan.get("trtllm_version") if engine == "TensorRT-LLM" else plan.get("vllm_version")
+    pinned = "pinned" if plan.get("image_digest") else "tag only"
+    return f"{plan['image']} ({engine} {version or 'unknown'}, {pinned})"
+
+
+def tokens_text(plan: Mapping[str, Any], tokens: object) -> str:
+    """k with what the rollout may measure besides it: the canary's sweep, a per-batch-size table."""
+    shown = str(tokens)
+    if plan.get("sweep"):  # its key's canary measures these (specfleet.sweep)
+        shown += f" (sweep k={','.join(map(str, plan['sweep']['tokens']))})"
+    if plan.get("batch_table"):  # measured when c=8 alone loses (specfleet.batch_table)
+        shown += " (per-batch-size table if c=8 loses)"
+    return shown
+
+
 def plan_table(plans: Sequence[dict]) -> Table:
     table = Table(title=f"specfleet plan: {len(plans)} unit(s)", show_lines=False)
     # "cc": the GPU's compute capability, what decides which checkpoint the unit can run.
@@ -33,16 +54,16 @@ def plan_table(plans: Sequence[dict]) -> Table:
         shown_util = f"kv {kv_fraction:.2f}" if trtllm and kv_fraction is not None else (
             f"{util:.2f}" if util is not None else "-"
         )
-        tokens = speculation["num_speculative_tokens"] or "-"
+        tokens = tokens_text(plan, speculation["num_speculative_tokens"]) if speculation["method"] else "-"
         table.add_row(
             plan["host"],
             plan["device_class"],
             plan.get("compute_capability") or "-",
             plan.get("l4t") or "-",
             plan["model"],
-            plan["image"] or "-",
+            image_text(plan),
             method,
-            str(tokens),
+            tokens,
             shown_util,
             "; ".join(plan["reasons"]) or "-",
         )
@@ -89,12 +110,8 @@ def plan_summary_lines(plans: Sequence[dict]) -> list[str]:
         else:
             speculation = serving.speculation(plan["speculative"] and plan["serving"])
             method = speculation["method"] or "baseline only"
-            tokens = f" k={speculation['num_speculative_tokens']}" if speculation["method"] else ""
-            if plan.get("sweep"):  # its key's canary measures these (specfleet.sweep)
-                tokens += f" (sweep k={','.join(map(str, plan['sweep']['tokens']))})"
-            if plan.get("batch_table"):  # measured when c=8 alone loses (specfleet.batch_table)
-                tokens += " (per-batch-size table if c=8 loses)"
-            shown = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {plan['image']}"
+            tokens = f" k={tokens_text(plan, speculation['num_speculative_tokens'])}" if speculation["method"] else ""
+            shown = f"{method}{tokens} util={plan['gpu_memory_utilization']:.2f} {image_text(plan)}"
             shared = plan.get("side_by_side")
             if shared:  # both serve at once while measured, each with its share (specfleet.plan)
                 shown += (f" (measured side by side: baseline {shared['baseline']:.2f}, candidate "

@@ -493,7 +493,7 @@ def build_engine_images(cfg: LabConfig, force: bool = False) -> tuple[BuildResul
 
     The content is lab/emulator/ (stdlib-Python vLLM emulator, entrypoint
     `specfleet-emulator-entrypoint`) built FROM the bookworm base with `--network none`.
-    Returns the build result and the local tags (real names, e.g. vllm/vllm-openai:v0.20.2);
+    Returns the build result and the local tags (real names, e.g. vllm/vllm-openai:v0.26.0);
     registry.push_engine_images() puts them behind the LAN mirror.
     """
     if not (cfg.emulator_dir / "Dockerfile").exists():

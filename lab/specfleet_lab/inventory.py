@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,7 @@ def group_vars_all(
                 "specfleet_tiktoken_encodings": store["tiktoken_encodings"],
             }
         )
+    data["specfleet_images"] = unpinned_images()
     # The lab serves with a key, as a real fleet does: the first run generates this event's
     # into inventory/lab/.specfleet/api_key.yml, encrypted with the lab's vault password.
     data["specfleet_api_key_vault_id"] = "lab"
@@ -156,8 +158,22 @@ def group_vars_all(
     return data
 
 
+def unpinned_images() -> list[dict[str, Any]]:
+    """The shipped image entries that pin a digest, without it: the lab serves its emulator under
+    their tags, built here with digests of its own, so each unit records the digest of its first
+    pull and refuses another, as for any unpinned tag (specfleet_images: an entry named like a
+    shipped one replaces it)."""
+    shipped = yaml.safe_load(resources.files("specfleet").joinpath("data/images.yml").read_text())["images"]
+    return [{**entry, "digest": None, "source": f"LAB: the lab's emulated image under this tag. {entry['source']}"}
+            for entry in shipped if entry.get("digest")]
+
+
 # Comments written above keys of group_vars/all.yml (PyYAML writes none).
 ALL_COMMENTS = {
+    "specfleet_images": (
+        "LAB setting: the shipped entries that pin a digest, unpinned: the lab's engine images are its\n"
+        "emulators under the real tags, with digests of their own (recorded at each first pull)."
+    ),
     "specfleet_image_mirror": "LAN registry on the controller holding the engine images (the vLLM emulator).",
     "specfleet_image_digest_dir": "Digests recorded at each image's first pull, this lab's only (lab up clears them).",
     "specfleet_api_key_vault_id": "The first run makes the units' API key: ansible-vault view .specfleet/api_key.yml",

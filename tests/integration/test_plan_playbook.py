@@ -24,12 +24,15 @@ def test_plan_playbook_prints_every_unit():
     result = ansible_playbook(LOCAL_INVENTORY)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "thor-r38: thor L4T 38.2.0: eagle3 k=5 util=0.80 vllm/vllm-openai:v0.20.2" in out
-    # Thor holds both servings while measured (YAML folds the long line).
-    assert ("thor-r38: thor L4T 38.2.0: eagle3 k=5 util=0.80 vllm/vllm-openai:v0.20.2 (measured side by side: "
-            "baseline 0.37, candidate 0.43 on port 8001)") in " ".join(out.split())
+    # Thor's default image, pinned, with vLLM 0.26.0 inside, takes a per-batch-size table; Thor
+    # holds both servings while measured (YAML folds the long line). Orin on JetPack 6: the
+    # versioned image, vLLM 0.14.0, no table.
+    folded = " ".join(out.split())
+    assert ("thor-r38: thor L4T 38.2.0: eagle3 k=5 (per-batch-size table if c=8 loses) util=0.80 "
+            "vllm/vllm-openai:v0.26.0 (vLLM 0.26.0, pinned) (measured side by side: baseline 0.37, candidate 0.43 "
+            "on port 8001)") in folded
     assert ("agx-orin-64gb-r36: agx_orin L4T 36.4.3: eagle3 k=3 util=0.80 "
-            "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin") in out
+            "ghcr.io/nvidia-ai-iot/vllm:0.14.0-r36.4-tegra-aarch64-cu126-22.04 (vLLM 0.14.0, pinned)") in folded
     assert "orin-nano-8gb-r36: orin_nano L4T 36.4.7: ngram k=3" in out
     assert "EAGLE-3 not allowed on orin_nano" in out
 

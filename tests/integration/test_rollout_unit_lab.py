@@ -434,8 +434,8 @@ def test_each_keys_canary_sweeps_the_draft_length_and_its_later_units_take_the_c
 
 def test_a_unit_that_loses_only_under_load_keeps_speculation_through_a_per_batch_size_table(fleet_lab, decided,
                                                                                             tmp_path):
-    """A Thor pinned to NGC vLLM 26.10 (vLLM 0.31.0: its SpeculativeConfig takes
-    num_speculative_tokens_per_batch_size; the lab's image of that name emulates 0.31.0), gated
+    """A Thor on its default image, upstream vLLM 0.26.0 (its SpeculativeConfig takes
+    num_speculative_tokens_per_batch_size; the lab's image of that name emulates 0.26.0), gated
     on code edits only, with the emulator's loaded_draft_slowdown fault (a step drafting for more
     than one sequence takes twice as long): EAGLE-3 k=5 wins at c=1 (1.69x noiseless) and loses
     at c=8 (about 0.75x), so the gate reverts for c=8 alone. The rollout then measures the
@@ -444,7 +444,7 @@ def test_a_unit_that_loses_only_under_load_keeps_speculation_through_a_per_batch
     stays on its vetted table (the other tests here leave thor-02 alone)."""
     host = "thor-02"
     bands = [[1, 1, 5], [2, 8, 0]]
-    settings = {"specfleet_image": "ngc-vllm-26.10", "specfleet_gate_workloads": ["code_edit"]}
+    settings = {"specfleet_gate_workloads": ["code_edit"]}
     pulled = playbook("prepare.yml", "-l", host, "--tags", "image", "-e", json.dumps(settings))
     assert pulled.returncode == 0, pulled.stdout[-4000:]
     lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "loaded_draft_slowdown": 2.0})
@@ -461,12 +461,12 @@ def test_a_unit_that_loses_only_under_load_keeps_speculation_through_a_per_batch
                               "throughput at c=8 -") and "regresses under load" in why, why
         release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
         current = release["current"]
-        assert current == release["known_good"] and "nvidia/vllm:26.10-py3" in current["image"]
+        assert current == release["known_good"] and current["image"].endswith("/vllm/vllm-openai:v0.26.0")
         assert current["speculative_config"]["num_speculative_tokens_per_batch_size"] == bands
         args = json.loads(on_unit(host, "docker inspect -f '{{json .Args}}' specfleet-vllm").stdout)
         assert args == serving.argv(current)[1:]
         header = on_unit(host, "curl -si http://127.0.0.1:8000/health | grep -i '^server:'").stdout
-        assert "vllm 0.31.0 emulated" in header, header
+        assert "vllm 0.26.0 emulated" in header, header
         (report_md,) = runs.glob("*/report.md")
         assert "| batch table |" in report_md.read_text() and "k=5 at batch 1, off at batch 2-8: keep" in \
             report_md.read_text()

@@ -97,6 +97,18 @@ def test_scripts_up_rehearses_the_event_on_stock_units(lab_session, tmp_path):
         assert (records[canary]["decision"], swept["chosen"]) == ("kept", 3), records[canary]["reasons"]
         assert records[later]["sweep"] == {"canary": canary, "chosen": 3}
         assert records[later]["num_speculative_tokens"] == 3
+    # Thor (issue 38): the head's published acceptance keeps speculation on thor-01, code edits and
+    # chat both faster (the emulator's noiseless Thor FP4 k=5 figures: 1.69x and 2.06x); thor-02's
+    # head drafts poorly on chat (the emulator's draft_acceptance switch): its chat guard reverts it.
+    kept = records["thor-01"]
+    assert (kept["decision"], kept["serving"]) == ("kept", "speculative"), kept["reasons"]
+    for workload in ("code_edit", "chat"):
+        gain = kept["figures"][workload]["throughput_gain_c1"]["value"]
+        assert 0.34 <= gain <= 1.3, (workload, kept["figures"][workload])
+    slowed = records["thor-02"]
+    assert (slowed["decision"], slowed["serving"]) == ("reverted", "baseline"), slowed["reasons"]
+    assert any(reason.startswith("chat: ") and "regresses" in reason for reason in slowed["reasons"]), slowed["reasons"]
+    assert not any(reason.startswith("code_edit: ") and "regresses" in reason for reason in slowed["reasons"])
     # The output check: a numerics tie is reported and kept, a confident divergence reverts.
     tie = records["agxorin-jp6-02"]
     assert tie["decision"] == "kept" and tie["measurement"]["output_check"]["ties"], tie["measurement"]

@@ -22,7 +22,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .memory import kv_tokens_for
@@ -141,6 +141,7 @@ class Engine:
         step_observer: Callable[[StepRecord], None] | None = None,
         power: PowerMonitor | None = None,
         loaded_draft_slowdown: float = 1.0,
+        draft_acceptance: Callable[[str], Sequence[float] | None] = lambda workload: None,
     ) -> None:
         self.perf = perf
         # An emulated Jetson's nvpmodel mode and clock pinning (power.py); None: full speed.
@@ -153,6 +154,8 @@ class Engine:
         self.hang_after_tokens = hang_after_tokens
         # Fault switch (faults.py): a step drafting for more than one sequence takes this many times as long.
         self.loaded_draft_slowdown = loaded_draft_slowdown
+        # Fault switch (faults.py): per workload, the acceptance a poorly matched head drafts with.
+        self.draft_acceptance = draft_acceptance
         self._sleep = sleep
         self._step_observer = step_observer
         self._iteration = 0
@@ -239,7 +242,8 @@ class Engine:
         if key not in self._acceptance_cache:
             assert self.perf.method is not None
             rates = acceptance_rates(
-                self.perf.method, request.workload, self.perf.num_speculative_tokens, request.temperature
+                self.perf.method, request.workload, self.perf.num_speculative_tokens, request.temperature,
+                self.draft_acceptance(request.workload),
             )
             self._acceptance_cache[key] = conditional_rates(rates)
         return self._acceptance_cache[key]

@@ -29,6 +29,10 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
   long (F >= 1): speculation that pays for one request at a time and loses under load, as a
   verify path that leaves its fast kernels past batch 1 does (vLLM issues #27379, #31014); a
   step drafting for one sequence, or none (a per-batch-size table's k = 0 band), is unchanged
+- `draft_acceptance: {"chat": [0.16, 0.02, 0.01]}`  per workload (code_edit, structured,
+  chat), the per-position acceptance the server drafts with instead of its calibrated curve
+  (perfmodel.py; longer k continue the given curve): a head that drafts poorly on that traffic
+  (trained on other data, or another chat template), so speculation slows that workload down
 - `only_when_speculating: true`  every switch above applies only to a server started
   with --speculative-config (a drafter crash, a speculative-only hang); the baseline runs clean
 """
@@ -40,6 +44,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from .perfmodel import WORKLOADS
 
 DEFAULT_FAULTS_FILE = "/run/specfleet-lab/faults.json"
 DEFAULT_DIVERGENCE_AFTER_TOKENS = 8
@@ -58,7 +64,12 @@ class Faults:
     divergence_after_tokens: int = DEFAULT_DIVERGENCE_AFTER_TOKENS
     unstable_outputs: bool = False
     loaded_draft_slowdown: float = 1.0
+    draft_acceptance: tuple[tuple[str, tuple[float, ...]], ...] = ()
     only_when_speculating: bool = False
+
+    def acceptance_for(self, workload: str) -> tuple[float, ...] | None:
+        """The per-position acceptance `draft_acceptance` gives ``workload``, or None."""
+        return dict(self.draft_acceptance).get(workload)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,7 +87,7 @@ def parse_faults(data: Any) -> Faults:
     unknown = set(data) - {
         "crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s",
         "drafter_unbudgeted_mib", "reject_speculative_config", "output_divergence", "divergence_after_tokens",
-        "unstable_outputs", "loaded_draft_slowdown", "only_when_speculating",
+        "unstable_outputs", "loaded_draft_slowdown", "draft_acceptance", "only_when_speculating",
     }
     if unknown:
         raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
@@ -110,8 +121,27 @@ def parse_faults(data: Any) -> Faults:
         divergence_after_tokens=DEFAULT_DIVERGENCE_AFTER_TOKENS if after is None else after,
         unstable_outputs=bool(data.get("unstable_outputs", False)),
         loaded_draft_slowdown=float(slowdown),
+        draft_acceptance=_draft_acceptance(data.get("draft_acceptance")),
         only_when_speculating=bool(data.get("only_when_speculating", False)),
     )
+
+
+def _draft_acceptance(value: Any) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """`draft_acceptance`, checked: workload -> a non-empty, non-increasing list of rates in [0, 1]."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise ValueError("draft_acceptance must be an object: workload -> per-position acceptance list")
+    curves = []
+    for workload, rates in sorted(value.items()):
+        if workload not in WORKLOADS:
+            raise ValueError(f"draft_acceptance: unknown workload {workload!r} (one of {', '.join(WORKLOADS)})")
+        if (not isinstance(rates, list) or not rates
+                or any(isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1 for r in rates)
+                or any(later > earlier for earlier, later in zip(rates, rates[1:], strict=False))):
+            raise ValueError(f"draft_acceptance.{workload} must be a non-empty, non-increasing list of rates in [0, 1]")
+        curves.append((workload, tuple(float(r) for r in rates)))
+    return tuple(curves)
 
 
 def for_server(faults: Faults, speculating: bool) -> Faults:

@@ -2,7 +2,9 @@
 
 The fields are those of the emulated version (`emulated_vllm_version()`): a field a newer
 vLLM added is an unknown keyword to an older one (e.g. `num_speculative_tokens_per_batch_size`,
-dynamic speculative decoding, from vLLM 0.24.0; see DYNAMIC_SD_SINCE).
+dynamic speculative decoding, from vLLM 0.24.0; see DYNAMIC_SD_SINCE), and a field vLLM
+removed is an unknown keyword from then on (`disable_by_batch_size`; see
+DISABLE_BY_BATCH_SIZE_UNTIL).
 
 vLLM's SpeculativeConfig is a pydantic dataclass: field errors (unknown keys, a method
 outside the Literal, non-positive numbers) and the ValueErrors its `__post_init__` and
@@ -77,7 +79,6 @@ KNOWN_FIELDS = (
     "draft_load_config",
     "rejection_sample_method",
     "draft_sample_method",
-    "disable_by_batch_size",
 )
 
 # Dynamic speculative decoding (vllm-project/vllm PR #32374 "[V1][Spec Decode] Add Dynamic SD",
@@ -90,12 +91,25 @@ KNOWN_FIELDS = (
 DYNAMIC_SD_FIELD = "num_speculative_tokens_per_batch_size"
 DYNAMIC_SD_SINCE = (0, 24, 0)
 
+# V0's auto-disable (`disable_by_batch_size`), accepted but unused since v0.10.0, left
+# SpeculativeConfig with vllm-project/vllm PR #35060 ("Remove unused disable_by_batch_size from
+# SpeculativeConfig"), merged in the week ending 2026-02-27 (vLLM's weekly summary). No source
+# found says whether v0.16.0 (out by 2026-03-04) or v0.17.0 is the first release without it, so
+# the emulator refuses it from 0.16.0 on: never kinder than vLLM. An unknown keyword, as vLLM
+# refuses any key its SpeculativeConfig lacks.
+DISABLE_BY_BATCH_SIZE_FIELD = "disable_by_batch_size"
+DISABLE_BY_BATCH_SIZE_UNTIL = (0, 16, 0)
+
 
 def known_fields(vllm_version: str) -> tuple[str, ...]:
     """SpeculativeConfig's fields in the emulated vLLM version."""
-    if version_tuple(vllm_version) >= DYNAMIC_SD_SINCE:
-        return KNOWN_FIELDS + (DYNAMIC_SD_FIELD,)
-    return KNOWN_FIELDS
+    version = version_tuple(vllm_version)
+    fields = KNOWN_FIELDS
+    if version < DISABLE_BY_BATCH_SIZE_UNTIL:
+        fields += (DISABLE_BY_BATCH_SIZE_FIELD,)
+    if version >= DYNAMIC_SD_SINCE:
+        fields += (DYNAMIC_SD_FIELD,)
+    return fields
 
 
 SPEC_FRAMES = FRONTEND_FRAMES + [

@@ -473,6 +473,7 @@ def _engine_core(st: Startup) -> Engine:
         st.faults.hang_mid_stream_after_tokens,
         power=load_power_monitor(st.env, log.plain),
         loaded_draft_slowdown=st.faults.loaded_draft_slowdown,
+        draft_acceptance=st.faults.acceptance_for,
     )
 
 

@@ -369,6 +369,7 @@ def build_engine(st: TrtllmStartup) -> tuple[Engine, IterationStatsQueue | None]
         NoiseModel.for_unit(st.settings.unit_id, st.settings.noise),
         st.faults.hang_mid_stream_after_tokens,
         step_observer=step_observer(log, stats, args.print_iter_log, args.max_num_seqs),
+        draft_acceptance=st.faults.acceptance_for,
     )
     return engine, stats
 

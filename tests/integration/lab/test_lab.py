@@ -76,7 +76,7 @@ def test_nothing_routes_out_of_the_lab(cfg: LabConfig, running_lab: dict) -> Non
 def test_nvidia_runtime_via_daemon_json(cfg: LabConfig, running_lab: dict) -> None:
     unit = units(running_lab)[1]  # an AGX Orin on JetPack 6
     addr = unit["address"]
-    image = f"{cfg.mirror}/nvidia-ai-iot/vllm:latest-jetson-orin"
+    image = f"{cfg.mirror}/nvidia-ai-iot/vllm:0.14.0-r36.4-tegra-aarch64-cu126-22.04"
     fresh = ssh(cfg, addr, "test -e /etc/docker/daemon.json; echo $?; "
                            "docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}'")
     assert fresh.stdout.splitlines()[0] == "1", "a fresh unit has no daemon.json"
@@ -152,7 +152,7 @@ def test_emulator_image_serves_on_a_unit(cfg: LabConfig, running_lab: dict) -> N
     vLLM: nvidia runtime via daemon.json, host network, stand-in model from the store."""
     unit = units(running_lab)[0]  # a Thor: FP4 + EAGLE-3 head
     addr = unit["address"]
-    image = f"{cfg.mirror}/vllm/vllm-openai:v0.20.2"
+    image = f"{cfg.mirror}/vllm/vllm-openai:v0.26.0"
     model, head = "nvidia/Llama-3.1-8B-Instruct-FP4", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     hub = cfg.hf_store_dir / "hub"
     repos = [f"hub/models--{r.replace('/', '--')}" for r in (model, head)]

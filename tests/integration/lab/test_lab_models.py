@@ -71,7 +71,7 @@ def test_emulated_block_follows_the_catalog(store: Path) -> None:
     oss = hub.load_model("openai/gpt-oss-120b", env)
     assert oss.needs_tiktoken and oss.precision == "mxfp4" and oss.family == "gpt-oss-120b"
     assert 2 < oss.active_weights_gib < 4  # ~5.1 of 117 B parameters active per token
-    assert hub.load_model("nvidia/gpt-oss-120b-Eagle3-long-context", env).family == "eagle3-gpt-oss-120b"
+    assert hub.load_model("nvidia/gpt-oss-120b-Eagle3-v3", env).family == "eagle3-gpt-oss-120b"
     small = hub.load_model("Qwen/Qwen3-0.6B", env)
     assert small.family == "qwen3-0.6b" and small.vocab_size == 151936
     draft = hub.load_model("meta-llama/Llama-3.2-1B-Instruct", env)

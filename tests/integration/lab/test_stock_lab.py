@@ -292,7 +292,7 @@ def test_site_installs_from_the_mirror_and_rolls_out(cfg: LabConfig, stock_lab: 
                    if chunk.startswith("specfleet.fleet.specfleet_bootstrap : Install them]"))
     assert {name for name in NAMES if f"changed: [{name}]" in install} == rolled_out["lacking"], install
     # The stock units reach the decisions the root-login lab's units of the same kinds reach
-    # (tests/conftest.py LAB_DECISIONS): EAGLE-3 kept on AGX Orin, reverted for chat on Thor.
+    # (tests/conftest.py LAB_DECISIONS): EAGLE-3 kept on AGX Orin and on Thor.
     records = decisions(rolled_out["first_run"])
     assert {name: (r["decision"], r["method"]) for name, r in records.items()} == {
         name: (lab_decision(name), "eagle3") for name in NAMES}, {name: r["reasons"] for name, r in records.items()}
@@ -418,8 +418,8 @@ def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
         # `specfleet status`: the unit's release record (0600, root's) read through become.
         after = out[out.rindex("PLAY RECAP"):].split("\n", 2)[2]
         assert (run_dir / "report.md").is_file() and QUICKSTART_UNIT in after
-        # Reverted (chat): status shows the unit on its known-good baseline, read from its record.
-        assert "baseline" in after and "(record" not in after and "UNREACHABLE" not in after, after[-3000:]
+        # Kept: status shows the unit serving speculatively, read from its record.
+        assert "speculative" in after and "(record" not in after and "UNREACHABLE" not in after, after[-3000:]
         # The event's first run made its own API key into Vault beside the inventory, and the unit,
         # decided before under the lab's key, now serves /v1 with the event's key only.
         key_file = event / ".specfleet" / "api_key.yml"

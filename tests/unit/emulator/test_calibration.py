@@ -1,19 +1,21 @@
-"""Calibration: the performance model reproduces the seeds' published figures (+-10 %).
+"""Calibration: the performance model reproduces the published figures (+-10 %).
 
-| figure (seed)                                             | target |
-|-----------------------------------------------------------|--------|
-| Thor Llama-3.1-8B FP16, single stream (003)               | 10.7   |
-| Thor Llama-3.1-8B FP8 (003)                               | 14.2   |
-| Thor Llama-3.1-8B FP4 (003)                               | 19.1   |
-| Thor FP4 + EAGLE-3 k=5, long structured output (003)      | 25.6   |
-| Thor FP4 + EAGLE-3 k=5, short chat answer (003, "short")  | 14.3   |
-| EAGLE-3 k=3 speedup, code edit (002)                      | 1.84x  |
-| EAGLE-3 k=3 speedup, chat (002)                           | 0.99x  |
-| EAGLE-3 k=3 per-position, code edit (002)                 | 0.50/0.40/0.33 |
-| EAGLE-3 k=3 per-position, chat (002)                      | 0.16/0.02/0.01 |
-| ngram k=5 on chat (002)                                   | 0.85x  |
+| figure (source)                                                   | target |
+|-------------------------------------------------------------------|--------|
+| Thor Llama-3.1-8B FP16, single stream (Thor workshop)             | 10.7   |
+| Thor Llama-3.1-8B FP8 (Thor workshop)                             | 14.2   |
+| Thor Llama-3.1-8B FP4 (Thor workshop)                             | 19.1   |
+| Thor FP4 + EAGLE-3 k=5, long structured output (Thor workshop)    | 25.6   |
+| EAGLE-3 k=3 speedup, code edit (Alauda AI guide, A30)             | 1.84x  |
+| EAGLE-3 k=3 per-position, code edit (Alauda AI guide)             | 0.50/0.40/0.33 |
+| EAGLE-3 mean acceptance length on MT-Bench, k=3 / 5 / 7           | 2.79 / 3.32 / 3.53 |
+|   (vllm-project/vllm#20780, #26191)                               |        |
+| EAGLE-1 mean acceptance length on MT-Bench, k=2 / 4 (vllm#16035)  | 1.89 / 2.08 |
+| ngram k=5 on chat (Alauda AI guide)                               | 0.85x  |
 
-Seed 002 was measured on an A30; its ratios are applied here as workload/method
+The Thor workshop: Jetson AI Lab's GTC DC 2025 Thor workshop ("From AI Exploration to
+Production Deployment", Performance Recap). The Alauda AI guide ("Speculative Decoding for vLLM
+Inference Services") was measured on an A30; its ratios are applied as workload/method
 properties on Thor with the 16-bit Llama-3.1-8B (same model family and size).
 """
 
@@ -32,6 +34,7 @@ from vllm_emulator.perfmodel import (
     build_engine_perf,
     detect_workload,
     expected_decode_throughput,
+    mean_acceptance_length,
 )
 from vllm_emulator.specconfig import validate_speculative_config
 
@@ -78,9 +81,7 @@ def emulator_figures() -> list[tuple[str, float, float]]:
         ("Thor 8B FP8 tok/s", 14.2, tps(TARGET_FP8)),
         ("Thor 8B FP4 tok/s", 19.1, tps(TARGET_FP4)),
         ("Thor FP4+EAGLE-3 k=5 long tok/s", 25.6, tps(TARGET_FP4, eagle3(5), "structured", LONG_CONTEXT)),
-        ("Thor FP4+EAGLE-3 k=5 short chat tok/s", 14.3, tps(TARGET_FP4, eagle3(5))),
         ("EAGLE-3 k=3 speedup code edit", 1.84, tps(TARGET, eagle3(3), "code_edit", LONG_CONTEXT) / fp16_long),
-        ("EAGLE-3 k=3 speedup chat", 0.99, tps(TARGET, eagle3(3), "chat", LONG_CONTEXT) / fp16_long),
         ("ngram k=5 speedup chat", 0.85, tps(TARGET, NGRAM5, "chat", LONG_CONTEXT) / fp16_long),
     ]
 
@@ -90,10 +91,26 @@ def test_calibration_table(figure: str, target: float, value: float) -> None:
     assert value == pytest.approx(target, rel=0.10), f"{figure}: {value:.3f} vs {target}"
 
 
-@pytest.mark.parametrize("workload,expected", [("code_edit", (0.50, 0.40, 0.33)), ("chat", (0.16, 0.02, 0.01))])
-def test_per_position_acceptance(workload: str, expected: tuple[float, ...]) -> None:
-    rates = acceptance_rates("eagle3", workload, 3)
-    assert rates == pytest.approx(list(expected), rel=0.10)
+def test_per_position_acceptance_of_code_edits() -> None:
+    assert acceptance_rates("eagle3", "code_edit", 3) == pytest.approx([0.50, 0.40, 0.33], rel=0.10)
+
+
+@pytest.mark.parametrize("method,k,published", [("eagle3", 3, 2.79), ("eagle3", 5, 3.32), ("eagle3", 7, 3.53),
+                                                ("eagle", 2, 1.89), ("eagle", 4, 2.08)])
+def test_mean_acceptance_length_on_chat_is_the_published_one(method: str, k: int, published: float) -> None:
+    assert mean_acceptance_length(acceptance_rates(method, "chat", k)) == pytest.approx(published, abs=0.03)
+
+
+def test_thor_speedups_of_the_eagle3_head_are_in_the_published_range() -> None:
+    """Thor FP4, k=5 (the plan's), c=1: code edits and chat between the Thor workshop's 1.34x and
+    what the published acceptance gives a bandwidth-bound target (Thor's step streams ~5 GiB;
+    drafting a position streams the 0.8 GiB head): chat above H100's 1.65x at k=2
+    (vllm#16937), whose step is launch-bound. Neither loses at c=8."""
+    for workload, low, high in (("code_edit", 1.5, 1.9), ("chat", 1.65, 2.3)):
+        gain_1 = tps(TARGET_FP4, eagle3(5), workload, LONG_CONTEXT) / tps(TARGET_FP4, context=LONG_CONTEXT)
+        gain_8 = (tps(TARGET_FP4, eagle3(5), workload, LONG_CONTEXT, 8)
+                  / tps(TARGET_FP4, context=LONG_CONTEXT, concurrency=8))
+        assert low <= gain_1 <= high and 1.0 < gain_8 < gain_1, (workload, gain_1, gain_8)
 
 
 def test_seed_workloads_are_detected() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EAGLE3_K5, TARGET, port_listening, read_sse
+from conftest import EAGLE3_K5, TARGET, parse_metrics, port_listening, read_sse
 from vllm_emulator.faults import Faults, parse_faults
 
 ARGS = ["--max-model-len", "2048", "--enforce-eager"]
@@ -30,6 +30,13 @@ def test_parse_faults() -> None:
     for bad in (0.5, True, "2"):
         with pytest.raises(ValueError, match="loaded_draft_slowdown must be a number >= 1"):
             parse_faults({"loaded_draft_slowdown": bad})
+    weak_chat = parse_faults({"draft_acceptance": {"chat": [0.16, 0.02, 0.01]}})
+    assert weak_chat.acceptance_for("chat") == (0.16, 0.02, 0.01) and weak_chat.acceptance_for("code_edit") is None
+    for bad, match in (([0.2], "must be an object"), ({"poetry": [0.1]}, "unknown workload 'poetry'"),
+                       ({"chat": []}, "non-increasing list"), ({"chat": [0.1, 0.2]}, "non-increasing list"),
+                       ({"chat": [1.5]}, "non-increasing list"), ({"chat": [True]}, "non-increasing list")):
+        with pytest.raises(ValueError, match=match):
+            parse_faults({"draft_acceptance": bad})
 
 
 def test_crash_after_requests(launch: Any, lab_env: dict[str, str]) -> None:
@@ -93,3 +100,27 @@ def test_rejected_speculative_config(launch: Any, lab_env: dict[str, str]) -> No
     server = launch(TARGET, ARGS + ["--speculative-config", EAGLE3_K5], ready=False)
     assert server.wait_exit() != 0
     assert "validation error for SpeculativeConfig" in server.output
+
+
+def _chat_acceptance(server: Any) -> float:
+    """Accepted over drafted tokens of one greedy chat answer, from /metrics."""
+    def totals() -> tuple[float, float]:
+        found = parse_metrics(server.metrics())
+        return tuple(sum(value for key, value in found.items()
+                         if key.startswith(f"vllm:spec_decode_num_{name}_total{{"))
+                     for name in ("accepted_tokens", "draft_tokens"))  # type: ignore[return-value]
+    before = totals()
+    status, body = server.post("/v1/completions", {"prompt": "Tell me about your favourite city and why you like it.",
+                                                   "max_tokens": 200, "temperature": 0, "ignore_eos": True})
+    assert status == 200 and body["usage"]["completion_tokens"] == 200
+    accepted, drafted = (after - first for after, first in zip(totals(), before, strict=True))
+    return accepted / drafted
+
+
+def test_draft_acceptance_makes_a_head_draft_poorly_on_chat_only(launch: Any, lab_env: dict[str, str]) -> None:
+    """The calibrated EAGLE-3 head accepts most of its chat drafts (MT-Bench: 2.3 of 5 at k=5);
+    the switch's curve (0.16 / 0.02 / 0.01 ...) leaves it about 4%."""
+    spec = ARGS + ["--speculative-config", EAGLE3_K5]
+    assert _chat_acceptance(launch(TARGET, spec)) > 0.3
+    write_faults(lab_env, {"draft_acceptance": {"chat": [0.16, 0.02, 0.01]}})
+    assert _chat_acceptance(launch(TARGET, spec)) < 0.1

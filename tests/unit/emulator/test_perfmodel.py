@@ -42,11 +42,13 @@ def test_temperature_lowers_acceptance() -> None:
     assert all(s < g for s, g in zip(sampled, greedy, strict=True))
 
 
-def test_eagle3_strong_on_code_weak_on_chat() -> None:
-    code = mean_acceptance_length(acceptance_rates("eagle3", "code_edit", 5))
-    chat = mean_acceptance_length(acceptance_rates("eagle3", "chat", 5))
-    draft_chat = mean_acceptance_length(acceptance_rates("draft_model", "chat", 5))
-    assert code > 2.5 and chat < 1.25 and chat < draft_chat < code
+def test_eagle3_drafts_chat_as_published_and_a_given_curve_replaces_it() -> None:
+    """MT-Bench's 3.32 at k=5 (vllm#20780); a fault switch's curve (the poor chat head) is
+    continued past its last position by its own last ratio."""
+    assert mean_acceptance_length(acceptance_rates("eagle3", "chat", 5)) == pytest.approx(3.32, abs=0.02)
+    assert mean_acceptance_length(acceptance_rates("eagle3", "code_edit", 5)) > 2.5
+    weak = acceptance_rates("eagle3", "chat", 5, profile=(0.16, 0.02, 0.01))
+    assert weak == pytest.approx([0.16, 0.02, 0.01, 0.005, 0.0025])
 
 
 def test_ngram_match_rate_depends_on_overlap_and_lookup() -> None:

@@ -7,10 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DRAFT_1B, EAGLE3, TARGET, stand_in_configs
+from conftest import DRAFT_1B, EAGLE3, TARGET, TARGET_FP4, stand_in_configs
 from vllm_emulator.errors import StartupFailure
 from vllm_emulator.hub import ModelInfo, parse_model_info
-from vllm_emulator.specconfig import SpecConfigError, validate_speculative_config
+from vllm_emulator.specconfig import SpecConfigError, dynamic_sd_lookup, validate_speculative_config
+
+from specfleet import batch_table
+from tests.conftest import plan_for
 
 CONFIGS = stand_in_configs()
 
@@ -149,3 +152,60 @@ def test_spec_errors_end_the_process(launch: Any, raw: dict[str, Any], needle: s
     assert process.wait_exit() == 1
     assert needle in "\n".join(process.stderr)
     assert "Application startup complete." not in process.output
+
+
+# --- keys by version ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["0.14.0", "0.15.1"])
+def test_disable_by_batch_size_is_taken_before_its_removal(version: str) -> None:
+    raw = {"method": "eagle3", "model": EAGLE3, "num_speculative_tokens": 3, "disable_by_batch_size": 4}
+    assert validate_speculative_config(raw, model(TARGET), 1, model, vllm_version=version).method == "eagle3"
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.20.2", "0.26.0", "0.31.0"])
+def test_disable_by_batch_size_is_refused_after_vllm_35060(version: str) -> None:
+    """Removed by vllm-project/vllm PR #35060 (v0.16.0 or v0.17.0: refused from 0.16.0 on)."""
+    raw = {"method": "eagle3", "model": EAGLE3, "num_speculative_tokens": 3, "disable_by_batch_size": 4}
+    with pytest.raises(SpecConfigError) as caught:
+        validate_speculative_config(raw, model(TARGET), 1, model, vllm_version=version)
+    assert "1 validation error for SpeculativeConfig" in caught.value.text
+    assert (
+        "disable_by_batch_size\n  Unexpected keyword argument [type=unexpected_keyword_argument, "
+        "input_value=4, input_type=int]"
+    ) in caught.value.text
+
+
+# --- what the plan sends, on the vLLM its image runs -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fixture", "target", "version"),
+    [
+        ("thor-r38", TARGET_FP4, "0.26.0"),
+        ("agx-orin-64gb-r39", TARGET, "0.26.0"),
+        ("agx-orin-64gb-r36", TARGET, "0.14.0"),
+        ("orin-nx-16gb-r36", TARGET_FP4, "0.14.0"),
+    ],
+)
+def test_the_emulated_image_takes_what_the_plan_sends(unit_facts: Any, fixture: str, target: str,
+                                                       version: str) -> None:
+    """The lab emulates each image's vllm_version (lab/specfleet_lab/images.py): the plan's
+    --speculative-config, and its per-batch-size table where the plan offers one, start there."""
+    plan = plan_for(unit_facts(fixture), target)
+    assert plan["vllm_version"] == version
+    resolved = validate_speculative_config(plan["speculative"], model(target), 1, model, vllm_version=version)
+    assert (resolved.method, resolved.num_speculative_tokens) == (
+        plan["speculative"]["method"], plan["speculative"]["num_speculative_tokens"])
+    bands = batch_table.table(plan["speculative"]["num_speculative_tokens"],
+                              {"speculate_up_to": 1, "max_batch": 8})
+    with_table = batch_table.with_table(plan["serving"], bands)["speculative_config"]
+    if plan["batch_table"]:
+        table = validate_speculative_config(with_table, model(target), 1, model, vllm_version=version)
+        lookup = dynamic_sd_lookup(table.num_speculative_tokens_per_batch_size, plan["batch_table"]["max_batch"],
+                                   table.num_speculative_tokens)
+        assert lookup is not None and lookup[1] == resolved.num_speculative_tokens and set(lookup[2:]) == {0}
+    else:
+        # No table is planned where the image's vLLM would refuse the key.
+        with pytest.raises(SpecConfigError, match="num_speculative_tokens_per_batch_size"):
+            validate_speculative_config(with_table, model(target), 1, model, vllm_version=version)

@@ -11,12 +11,14 @@ from specfleet.catalog import load_catalog
 def test_each_vllm_image_with_a_known_version_emulates_that_version():
     versions = images.engine_vllm_versions()
     assert versions["nvcr.io/nvidia/vllm:26.10-py3"] == "0.31.0"
-    assert versions["vllm/vllm-openai:v0.20.2"] == "0.20.2"
+    # Thor's default: upstream vLLM with the per-batch-size table; Orin on JetPack 6: 0.14.0, without.
+    assert versions["vllm/vllm-openai:v0.26.0"] == "0.26.0"
+    assert versions["ghcr.io/nvidia-ai-iot/vllm:0.14.0-r36.4-tegra-aarch64-cu126-22.04"] == "0.14.0"
     catalog = load_catalog()
-    # A mutable tag with no version (the Jetson AI Lab's latest-jetson-orin) and the TensorRT-LLM
-    # images run the emulator as it is.
+    # An image with no vLLM version would run the emulator as it is; the matrix has none now, and
+    # the TensorRT-LLM images are the emulator's trtllm-serve flavour.
     unknown = [image.ref for image in catalog.images if image.backend == "vllm" and not image.vllm_version]
-    assert unknown and not set(unknown) & set(versions)
+    assert not set(unknown) & set(versions)
     assert not {image.ref for image in catalog.images if image.backend == "trtllm"} & set(versions)
     # The lab's real vLLM on CPU is an image of its own (pinned), not the emulator.
     assert "lab-vllm-cpu-0.32" not in {image.name for image in catalog.images if image.ref in versions}

@@ -284,3 +284,25 @@ def test_a_killed_runs_state_is_a_leftover_and_a_live_lab_is_not(tmp_path):
                                               units=[unit]))
     assert not lab.is_leftover(lab.status(cfg))
     assert not lab.is_leftover({"lab": "down", "units": [], "processes": {}})
+
+
+def test_the_lab_unpins_the_shipped_digests_its_emulated_images_cannot_carry(tmp_path):
+    """images.yml pins Thor's and Orin JetPack 6's images by digest; the lab serves its emulator
+    under those tags with digests of its own, so its inventory replaces each pinned entry (same
+    name, LAB-labelled) with one without a digest, and the plan for a lab unit takes it."""
+    from specfleet import catalog, policy
+
+    shipped = {image.name: image for image in catalog.load_catalog().images}
+    data = inventory.group_vars_all(cfg_in(tmp_path), "stock", None, MIRROR)
+    unpinned = data["specfleet_images"]
+    pinned = {name for name, image in shipped.items() if image.digest}
+    assert {"upstream-vllm-0.26-cu130", "nvidia-ai-iot-vllm-0.14-orin"} <= pinned
+    assert {entry["name"] for entry in unpinned} == pinned
+    for entry in unpinned:
+        assert entry["digest"] is None and entry["ref"] == shipped[entry["name"]].ref
+        assert entry["source"].startswith("LAB: ")
+    merged = policy.merge({"specfleet_images": unpinned})
+    assert policy.validate(merged, catalog.load_catalog()) == []
+    lab_images = catalog.load_catalog().with_images(unpinned)
+    assert all(image.digest is None for image in lab_images.images if image.name in pinned)
+    assert "LAB setting" in inventory.dump_with_comments(data, inventory.ALL_COMMENTS)

@@ -38,6 +38,13 @@ def test_the_plan_offers_a_table_where_the_image_and_the_policy_allow_one():
     assert batch_table.for_plan(trtllm, POLICY) is None
 
 
+@pytest.mark.parametrize(("method", "offered"), [("eagle3", True), ("eagle", True), ("draft_model", False),
+                                                 ("ngram", False), ("mtp", False)])
+def test_a_table_is_offered_only_with_the_methods_vllm_tested_it_with(method, offered):
+    speculative = {**EAGLE3, "method": method}
+    assert (batch_table.for_plan(plan(speculative=speculative), POLICY) is not None) is offered
+
+
 def test_the_table_drafts_at_batch_1_and_turns_speculation_off_above_it():
     bands = batch_table.table(3, {"speculate_up_to": 1, "max_batch": 8})
     assert bands == [[1, 1, 3], [2, 8, 0]]

@@ -40,11 +40,11 @@ def test_a_fleet_image_is_matched_before_the_shipped_ones(unit_facts):
     assert not any("mutable tag" in note for note in plan["notes"]), plan["notes"]
     # Not for other classes: an Orin on JetPack 7.2 keeps the shipped upstream image.
     orin = plan_for(unit_facts("agx-orin-64gb-r39"), FP4, specfleet_images=[LAN_THOR])
-    assert orin["image"] == CATALOG.image("upstream-vllm-0.20-cu130").ref
+    assert orin["image"] == CATALOG.image("upstream-vllm-0.26-cu130").ref
 
 
 def test_an_entry_named_like_a_shipped_one_pins_it_in_place(unit_facts):
-    shipped = CATALOG.image("upstream-vllm-0.20-cu130")
+    shipped = CATALOG.image("upstream-vllm-0.26-cu130")
     pinned = {**{key: value for key, value in vars(shipped).items() if key != "pin_only"},
               "classes": list(shipped.classes), "methods": list(shipped.methods), "digest": DIGEST}
     plan = plan_for(unit_facts("thor-r38"), FP4, specfleet_images=[pinned])

@@ -6,28 +6,27 @@ import json
 
 import pytest
 
+from specfleet import batch_table, render, serving
 from specfleet import policy as policy_module
-from specfleet import serving
-from specfleet.catalog import load_catalog
-from specfleet.plan import expectation_mismatches, mirrored, select_image
+from specfleet.catalog import load_catalog, version_key
+from specfleet.plan import expectation_mismatches, image_fits, mirrored, select_image
 from tests.conftest import plan_for
 
 CATALOG = load_catalog()
+THOR_IMAGE = "vllm/vllm-openai:v0.26.0"
+ORIN_JP6_IMAGE = "ghcr.io/nvidia-ai-iot/vllm:0.14.0-r36.4-tegra-aarch64-cu126-22.04"
 
 
 @pytest.mark.parametrize(
     ("fixture", "model", "image", "method", "tokens", "util"),
     [
-        ("thor-r38", "nvidia/Llama-3.1-8B-Instruct-FP4", "vllm/vllm-openai:v0.20.2", "eagle3", 5, 0.80),
-        ("thor-r38", "openai/gpt-oss-120b", "vllm/vllm-openai:v0.20.2", "eagle3", 5, 0.80),
-        ("thor-r38", "Qwen/Qwen3-8B", "vllm/vllm-openai:v0.20.2", "eagle3", 5, 0.80),
-        ("agx-orin-64gb-r36", "meta-llama/Llama-3.1-8B-Instruct",
-         "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "eagle3", 3, 0.80),
-        ("agx-orin-64gb-r39", "meta-llama/Llama-3.1-8B-Instruct", "vllm/vllm-openai:v0.20.2", "eagle3", 3, 0.80),
-        ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP4",
-         "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "draft_model", 3, 0.75),
-        ("orin-nano-8gb-r36", "meta-llama/Llama-3.2-1B-Instruct",
-         "ghcr.io/nvidia-ai-iot/vllm:latest-jetson-orin", "ngram", 3, 0.65),
+        ("thor-r38", "nvidia/Llama-3.1-8B-Instruct-FP4", THOR_IMAGE, "eagle3", 5, 0.80),
+        ("thor-r38", "openai/gpt-oss-120b", THOR_IMAGE, "eagle3", 5, 0.80),
+        ("thor-r38", "Qwen/Qwen3-8B", THOR_IMAGE, "eagle3", 5, 0.80),
+        ("agx-orin-64gb-r36", "meta-llama/Llama-3.1-8B-Instruct", ORIN_JP6_IMAGE, "eagle3", 3, 0.80),
+        ("agx-orin-64gb-r39", "meta-llama/Llama-3.1-8B-Instruct", THOR_IMAGE, "eagle3", 3, 0.80),
+        ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP4", ORIN_JP6_IMAGE, "draft_model", 3, 0.75),
+        ("orin-nano-8gb-r36", "meta-llama/Llama-3.2-1B-Instruct", ORIN_JP6_IMAGE, "ngram", 3, 0.65),
     ],
 )
 def test_plan_per_unit(unit_facts, fixture, model, image, method, tokens, util):
@@ -45,6 +44,68 @@ def test_plan_per_unit(unit_facts, fixture, model, image, method, tokens, util):
     assert argv[:3] == ["vllm", "serve", CATALOG.model(model).repo]
     assert (plan["serving"]["kind"], plan["baseline_serving"]["kind"]) == ("speculative", "baseline")
     assert plan["serving"]["image"] == plan["baseline_serving"]["image"] == image
+
+
+def test_thor_gets_an_upstream_vllm_with_the_per_batch_size_table(unit_facts):
+    """Thor's default image reads the table's key (vLLM 0.24.0 on), so the plan offers one."""
+    plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4")
+    image = CATALOG.image("upstream-vllm-0.26-cu130")
+    assert (plan["image"], plan["vllm_version"], plan["image_digest"]) == (image.ref, "0.26.0", image.digest)
+    assert version_key(plan["vllm_version"]) >= batch_table.SUPPORTED_SINCE
+    assert plan["batch_table"] == {"speculate_up_to": 1, "max_batch": 8}
+    assert batch_table.for_plan(plan, policy_module.merge({})) == plan["batch_table"]
+    # Pinned by the multi-arch index's digest: no note of a mutable tag.
+    assert plan["image_digest"] == "sha256:ffb2d59b1c059a5bd8d781320c9f5189de8293693b7d95da54befddaa54abf52"
+    assert not [note for note in plan["notes"] if "mutable tag" in note]
+    # The table the rollout would try, as vLLM reads it in --speculative-config.
+    bands = batch_table.table(plan["speculative"]["num_speculative_tokens"], plan["batch_table"])
+    argv = serving.argv(batch_table.with_table(plan["serving"], bands))
+    sent = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert sent["num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 8, 0]]
+
+
+def test_the_plan_shows_each_units_engine_version_its_pin_and_its_table(unit_facts):
+    """What `specfleet plan` prints (its table and plan.yml's lines): the image with the vLLM
+    inside and whether its digest is pinned, and k with the table the rollout may measure."""
+    thor = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4")
+    orin = plan_for(unit_facts("agx-orin-64gb-r36"), "meta-llama/Llama-3.1-8B-Instruct")
+    assert render.image_text(thor) == "vllm/vllm-openai:v0.26.0 (vLLM 0.26.0, pinned)"
+    assert render.image_text({**thor, "image_digest": None, "vllm_version": None}) == (
+        "vllm/vllm-openai:v0.26.0 (vLLM unknown, tag only)")
+    assert render.tokens_text(thor, 5) == "5 (per-batch-size table if c=8 loses)"
+    assert render.tokens_text(orin, 3) == "3"
+    thor_line, *_ = render.plan_summary_lines([thor])
+    assert "eagle3 k=5 (per-batch-size table if c=8 loses) util=0.80 vllm/vllm-openai:v0.26.0 (vLLM 0.26.0, pinned)" \
+        in thor_line
+    cells = [list(column.cells) for column in render.plan_table([thor, orin]).columns]
+    assert cells[5] == [render.image_text(thor), render.image_text(orin)] and cells[7] == [
+        "5 (per-batch-size table if c=8 loses)", "3"]
+
+
+def test_orin_on_jetpack_6_gets_the_versioned_image_and_no_table(unit_facts):
+    for fixture, model in (("agx-orin-64gb-r36", "meta-llama/Llama-3.1-8B-Instruct"),
+                           ("orin-nx-16gb-r36", "nvidia/Llama-3.1-8B-Instruct-FP4")):
+        plan = plan_for(unit_facts(fixture), model)
+        assert (plan["image"], plan["vllm_version"]) == (ORIN_JP6_IMAGE, "0.14.0"), fixture
+        assert plan["image_digest"] == "sha256:2a90817f4d760094a25c546126a48aa8e8ae4fae1ae41bf72445fbc2c8bc2a7f"
+        assert plan["batch_table"] is None  # vLLM 0.14.0 predates the key
+
+
+def test_ngc_26_10_on_cuda_13_4_still_runs_on_jetpack_7_0(unit_facts):
+    """CUDA is compared by major version: the CUDA 13.4 NGC image on Thor's CUDA 13.0 driver."""
+    facts = unit_facts("thor-r38")
+    ngc = CATALOG.image("ngc-vllm-26.10")
+    assert (ngc.cuda, facts["cuda"]) == ("13.4", "13.0")
+    assert image_fits(ngc, "thor", facts["l4t"], facts["cuda"])
+    assert not image_fits(ngc, "thor", facts["l4t"], "12.6")
+    plan = plan_for(facts, "nvidia/Llama-3.1-8B-Instruct-FP4", specfleet_image="ngc-vllm-26.10")
+    assert not plan["refused"] and plan["image"] == ngc.ref and plan["batch_table"]
+
+
+def test_every_vllm_image_knows_its_vllm_version():
+    """An unknown version gets no per-batch-size table; every shipped vLLM image has one known."""
+    for image in CATALOG.images:
+        assert bool(image.vllm_version) == (image.backend == "vllm"), image.name
 
 
 def test_vllm_command_lines(unit_facts):
@@ -157,7 +218,7 @@ def test_mirror_rewrites_the_registry(ref, mirror, expected):
 def test_mirror_reaches_the_plan(unit_facts):
     plan = plan_for(unit_facts("agx-orin-64gb-r36"), "meta-llama/Llama-3.1-8B-Instruct",
                     specfleet_image_mirror="registry.lan:5000")
-    assert plan["image"] == "registry.lan:5000/nvidia-ai-iot/vllm:latest-jetson-orin"
+    assert plan["image"] == "registry.lan:5000/nvidia-ai-iot/vllm:0.14.0-r36.4-tegra-aarch64-cu126-22.04"
 
 
 # Image-matrix invariants, over every class and every L4T release the facts table knows.
@@ -184,7 +245,8 @@ def test_image_matrix_invariants(device_class, l4t):
     if l4t.startswith("36."):
         assert not image.cuda.startswith("13"), "never a CUDA 13 image on JetPack 6"
     if l4t.startswith(("38.", "39.")):
-        assert image.vllm_version and tuple(map(int, image.vllm_version.split(".")[:2])) >= (0, 20)
+        # Upstream vLLM with the per-batch-size table (0.24.0 on).
+        assert image.vllm_version and version_key(image.vllm_version) >= batch_table.SUPPORTED_SINCE
 
 
 def test_catalog_has_the_seed_models_and_sources():
@@ -194,7 +256,9 @@ def test_catalog_has_the_seed_models_and_sources():
         model = CATALOG.model(repo)
         assert model is not None and model.weights_gib > 0 and model.source
     assert CATALOG.model("nvidia/Llama-3.1-8B-Instruct-FP4").eagle3 == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-    assert CATALOG.model("openai/gpt-oss-120b").eagle3 == "nvidia/gpt-oss-120b-Eagle3-long-context"
+    # NVIDIA's v3 head supersedes its short-context, long-context and throughput heads.
+    assert CATALOG.model("openai/gpt-oss-120b").eagle3 == "nvidia/gpt-oss-120b-Eagle3-v3"
+    assert CATALOG.artifact_gib("nvidia/gpt-oss-120b-Eagle3-long-context") is None
     assert CATALOG.model("openai/gpt-oss-120b").needs_tiktoken
     for model in CATALOG.models:
         for draft in model.draft_models:
@@ -245,9 +309,9 @@ def test_pin_only_image_is_never_matched(unit_facts):
 def test_pinned_image_that_does_not_fit_is_refused(unit_facts):
     # The JetPack 6 image pinned on Thor: the pin names it, the class check still applies.
     plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4",
-                    specfleet_image="jetson-ai-lab-orin-jp6")
+                    specfleet_image="nvidia-ai-iot-vllm-0.14-orin")
     assert plan["refused"]
-    assert any("pinned image 'jetson-ai-lab-orin-jp6' (specfleet_image) does not run on thor" in r
+    assert any("pinned image 'nvidia-ai-iot-vllm-0.14-orin' (specfleet_image) does not run on thor" in r
                for r in plan["reasons"]), plan["reasons"]
 
 

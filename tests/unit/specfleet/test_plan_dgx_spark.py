@@ -37,7 +37,8 @@ def test_eagle3_plan_is_seed_004_option_1(spark):
     # TensorRT-LLM takes speculation in its options file, never as vLLM's config.
     assert plan["serving"]["speculative_config"] is None
     options = plan["serving"]["engine_options"]
-    # Every value below is what seed 004's EAGLE-3 YAML sets.
+    # Every value below is what seed 004's EAGLE-3 YAML sets, but the head: the playbook's
+    # -long-context head is superseded by NVIDIA's v3 head (the catalog's, specfleet/data/catalog.yml).
     assert options == {
         "enable_attention_dp": False,
         "enable_autotuner": False,
@@ -46,11 +47,11 @@ def test_eagle3_plan_is_seed_004_option_1(spark):
         "speculative_config": {
             "decoding_type": "Eagle",  # the seed image's name; newer TRT-LLM: Eagle3, Eagle an alias
             "max_draft_len": 5,
-            "speculative_model_dir": "/root/.cache/huggingface/checkpoints/nvidia/gpt-oss-120b-Eagle3-long-context",
+            "speculative_model_dir": "/root/.cache/huggingface/checkpoints/nvidia/gpt-oss-120b-Eagle3-v3",
         },
         "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
     }
-    assert plan["speculator"] == {"repo": "nvidia/gpt-oss-120b-Eagle3-long-context",
+    assert plan["speculator"] == {"repo": "nvidia/gpt-oss-120b-Eagle3-v3",
                                   "dir": options["speculative_config"]["speculative_model_dir"]}
     assert any("TIKTOKEN_ENCODINGS_BASE" in note for note in plan["notes"])
 
@@ -133,9 +134,9 @@ def test_unknown_driver_cuda_refuses(spark):
 
 
 def test_a_vllm_image_pinned_on_a_spark_is_refused(spark):
-    plan = plan_for(spark, "openai/gpt-oss-120b", specfleet_image="upstream-vllm-0.20-cu130")
+    plan = plan_for(spark, "openai/gpt-oss-120b", specfleet_image="upstream-vllm-0.26-cu130")
     assert plan["refused"]
-    assert "pinned image 'upstream-vllm-0.20-cu130'" in plan["reasons"][0]
+    assert "pinned image 'upstream-vllm-0.26-cu130'" in plan["reasons"][0]
 
 
 def test_no_method_serves_the_baseline_yaml(spark):
@@ -214,8 +215,8 @@ def test_jetson_plans_have_no_serving_files(unit_facts):
 
 def test_the_hf_cache_provides_the_target_and_the_speculator_directory(spark):
     eagle3 = plan_for(spark, "openai/gpt-oss-120b")
-    assert plan_module.needed_repos(eagle3) == ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-long-context"]
-    assert plan_module.checkpoint_repos(eagle3) == ["nvidia/gpt-oss-120b-Eagle3-long-context"]
+    assert plan_module.needed_repos(eagle3) == ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-v3"]
+    assert plan_module.checkpoint_repos(eagle3) == ["nvidia/gpt-oss-120b-Eagle3-v3"]
     ngram = plan_for(spark, "openai/gpt-oss-120b", specfleet_spec_methods=["ngram"])
     assert (plan_module.needed_repos(ngram), plan_module.checkpoint_repos(ngram)) == (["openai/gpt-oss-120b"], [])
 
@@ -232,8 +233,8 @@ def test_a_refused_plan_needs_no_repo():
 
 
 @pytest.mark.parametrize(("repo", "target"), [
-    ("nvidia/gpt-oss-120b-Eagle3-long-context",
-     "../../hub/models--nvidia--gpt-oss-120b-Eagle3-long-context/snapshots/0123abc"),
+    ("nvidia/gpt-oss-120b-Eagle3-v3",
+     "../../hub/models--nvidia--gpt-oss-120b-Eagle3-v3/snapshots/0123abc"),
     ("gpt2", "../hub/models--gpt2/snapshots/0123abc"),
 ])
 def test_a_checkpoint_path_links_to_the_snapshot_relatively(repo, target):
