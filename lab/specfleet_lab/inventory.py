@@ -164,7 +164,8 @@ def unpinned_images() -> list[dict[str, Any]]:
     pull and refuses another, as for any unpinned tag (specfleet_images: an entry named like a
     shipped one replaces it)."""
     shipped = yaml.safe_load(resources.files("specfleet").joinpath("data/images.yml").read_text())["images"]
-    return [{**entry, "digest": None, "source": f"LAB: the lab's emulated image under this tag. {entry['source']}"}
+    return [{**entry, "digest": None,
+             "source": "LAB: the lab's emulator under this tag; images.yml pins the real image's digest"}
             for entry in shipped if entry.get("digest")]
 
 

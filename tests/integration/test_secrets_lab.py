@@ -164,11 +164,11 @@ def test_the_run_succeeds_and_the_server_requires_the_key(vault_run):
 
     statuses = json.loads(on_unit(f"python3 -c '{AUTH_CHECK}'", vault_run["secrets"]["api_key"].encode()))
     assert statuses == {"health": 200, "models_without_key": 401, "models_wrong_key": 401, "models_with_key": 200}
-    if record["decision"] == "kept":
-        # Serving is the container the speculative bench ran against: its log has the bench's
-        # authorized requests. (A revert starts the baseline afresh, with an empty log.)
-        container_log = on_unit("docker logs specfleet-vllm 2>&1")
-        assert b'"POST /v1/chat/completions HTTP/1.1" 200' in container_log
+    # The decided serving starts afresh after the gate (alone, with its whole budget), so its log
+    # holds the check above, not the benchmark's requests: refused without the key, served with it.
+    container_log = on_unit("docker logs specfleet-vllm 2>&1")
+    assert b'"GET /v1/models HTTP/1.1" 401' in container_log, container_log[-2000:]
+    assert b'"GET /v1/models HTTP/1.1" 200' in container_log, container_log[-2000:]
 
     # The secrets reached the server through its environment (where they must be).
     env = dict(item.split("=", 1) for item in json.loads(
