@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from specfleet.catalog import read_data
 from specfleet_lab.config import LabConfig
 from specfleet_lab.fixtures import FIXTURE_ROOT, identity_files
 from specfleet_lab.profiles import Unit
@@ -163,7 +163,7 @@ def unpinned_images() -> list[dict[str, Any]]:
     their tags, built here with digests of its own, so each unit records the digest of its first
     pull and refuses another, as for any unpinned tag (specfleet_images: an entry named like a
     shipped one replaces it)."""
-    shipped = yaml.safe_load(resources.files("specfleet").joinpath("data/images.yml").read_text())["images"]
+    shipped = read_data("images.yml", ("images",))["images"]
     return [{**entry, "digest": None,
              "source": "LAB: the lab's emulator under this tag; images.yml pins the real image's digest"}
             for entry in shipped if entry.get("digest")]
