@@ -16,9 +16,14 @@ every other check passes) and its image has the table, the rollout measures the 
 more with speculation on where it was measured to pay (batch 1: the c=1 runs) and off above it,
 up to the server's ``--max-num-seqs`` (the most requests a step schedules, the class's peak):
 ``[[1, 1, k], [2, max_num_seqs, 0]]``. That variant is judged like any candidate, on its own
-pair of blocks between baselines (A, B(table), A). Kept, it is what the unit serves and what a
-re-run serves again without measuring. A canary's draft-length sweep does not try tables: its
-k values are judged as measured.
+pair of blocks between baselines (A, B(table), A), and at c=1 against the plain speculation it
+varies as well (gate.decide's ``variant_of``): a table is not free. With one, vLLM's V1 model
+runner captures PIECEWISE CUDA graphs only (vllm-project/vllm#48494), which published
+measurements put at +7% TPOT in the k=0 band over no speculation (#49652) and more at high
+concurrency (#49986); a table measured to cost more than the gate's margin at c=1 (even its upper
+bound below it) is not kept, nor one whose k=0 band cannot be shown within it at c=8. Kept, it is
+what the unit serves and what a re-run serves again without measuring. A canary's draft-length
+sweep does not try tables: its k values are judged as measured.
 
 Pure functions; the rollout (specfleet.rollout) sequences the blocks.
 """

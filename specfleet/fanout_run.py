@@ -44,6 +44,7 @@ from typing import Any
 from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit, fleet_key
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 
+from specfleet import variables
 from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
 
 # The unit-side helper ships with the collection's module_utils, beside store_manifest.py
@@ -65,9 +66,14 @@ class Node:
     key_file: str | None = None
     ssh_args: list[str] = field(default_factory=list)
     peer: str = ""  # address other units use; default: host
+    peer_port: int = 22  # the port other units reach its ssh on
 
     def __post_init__(self) -> None:
         self.peer = self.peer or self.host
+
+    def known_hosts_name(self) -> str:
+        """The name ssh looks this unit up by when a peer reaches it: ``[addr]:port`` off 22."""
+        return self.peer if self.peer_port == 22 else f"[{self.peer}]:{self.peer_port}"
 
     def connection_args(self) -> list[str]:
         """ssh options that reach this unit as its inventory says (port, user, key, common args)."""
@@ -77,24 +83,36 @@ class Node:
 
 def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None = None) -> list[Node]:
     """Units of an Ansible inventory (ansible_host/user/port/key/common args;
-    ``specfleet_fanout_address`` overrides the address peers use)."""
+    ``specfleet_fanout_address`` and ``specfleet_fanout_port`` override what peers use: by
+    default the controller's address and port). Every host's connection settings are checked
+    first (variables.connection_problems): a ValueError names each host and variable."""
     from specfleet.inventory import host_variables
 
     wanted = set(limit) if limit else None
     nodes = []
+    problems: list[str] = []
     for name, hv in host_variables(inventory).items():
         if wanted is not None and name not in wanted:
             continue
         if hv.get("ansible_connection") in ("local",):
             continue
-        host = str(hv.get("ansible_host", name))
+        found = variables.connection_problems(name, hv)
+        if found:
+            problems += found
+            continue
+        host = str(hv.get("ansible_host", hv.get("ansible_ssh_host", name)))
+        port = variables.port_of(hv, "ansible_port", "ansible_ssh_port")
         nodes.append(Node(
-            name=name, host=host, user=str(hv.get("ansible_user", "root")),
-            port=int(hv.get("ansible_port", 22)),
-            key_file=hv.get("ansible_ssh_private_key_file"),
+            name=name, host=host,
+            user=str(hv.get("ansible_user", hv.get("ansible_ssh_user", hv.get("ansible_remote_user", "root")))),
+            port=port,
+            key_file=hv.get("ansible_ssh_private_key_file", hv.get("ansible_private_key_file")),
             ssh_args=shlex.split(str(hv.get("ansible_ssh_common_args", ""))),
             peer=str(hv.get("specfleet_fanout_address", host)),
+            peer_port=variables.port_of(hv, "specfleet_fanout_port", default=port),
         ))
+    if problems:
+        raise ValueError("; ".join(problems))
     if wanted is not None:
         missing = wanted - {n.name for n in nodes}
         if missing:
@@ -178,7 +196,7 @@ class Runner:
     def ssh(self, node: Node, command: str, stdin: bytes | str | None = None,
             timeout: float | None = None, multiplex: bool = True) -> subprocess.CompletedProcess:
         data = stdin.encode() if isinstance(stdin, str) else stdin
-        return subprocess.run([*self.ssh_base(node, multiplex), node.host, command], input=data,
+        return subprocess.run([*self.ssh_base(node, multiplex), "--", node.host, command], input=data,
                               capture_output=True, timeout=timeout, check=False)
 
     def helper(self, node: Node, command: str, request: dict, timeout: float | None = None,
@@ -194,7 +212,7 @@ class Runner:
     def start_master(self, node: Node) -> None:
         base = self.ssh_base(node, multiplex=False)[:-2]  # without ControlPath=none
         master = [*base, "-o", f"ControlPath={self.tmp}/%C", "-o", "ControlMaster=yes",
-                  "-o", "ControlPersist=yes", "-f", "-N", node.host]
+                  "-o", "ControlPersist=yes", "-f", "-N", "--", node.host]
         proc = subprocess.run(master, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, timeout=30, check=False)
         if proc.returncode != 0:
@@ -204,7 +222,7 @@ class Runner:
 
     def stop_masters(self) -> None:
         for node in self.masters:
-            subprocess.run([*self.ssh_base(node), "-O", "exit", node.host], capture_output=True,
+            subprocess.run([*self.ssh_base(node), "-O", "exit", "--", node.host], capture_output=True,
                            timeout=15, check=False)
         self.masters.clear()
 
@@ -215,7 +233,7 @@ class Runner:
         node = self.nodes[node_name]
         try:
             proc = subprocess.run([*self.ssh_base(node, multiplex=False, connect_timeout=4),
-                                   node.host, "true"], capture_output=True, timeout=8, check=False)
+                                   "--", node.host, "true"], capture_output=True, timeout=8, check=False)
         except subprocess.TimeoutExpired:
             return False
         return proc.returncode == 0
@@ -250,7 +268,7 @@ class Runner:
     def key_request(self, alive: list[Node]) -> dict:
         """What `prepare` installs on each unit (where rrsync can confine it)."""
         private, public = self.run_key()
-        known = "".join(f"{self.nodes[n].peer} {k}\n" for n, k in sorted(self.host_keys.items()) if k)
+        known = "".join(f"{self.nodes[n].known_hosts_name()} {k}\n" for n, k in sorted(self.host_keys.items()) if k)
         return {"keys": {"run_id": self.run_id, "private_key": private, "public_key": public,
                          "known_hosts": known, "from": sorted({n.peer for n in alive})}}
 
@@ -267,8 +285,8 @@ class Runner:
             else:
                 source = self.nodes[transfer.source]
                 result = self.helper(target, "pull", {
-                    "files": files, "peer": source.peer, "peer_user": source.user,
-                    "peer_port": source.port, "link_dest": info.get("link_dest"),
+                    "files": files, "peer": source.peer, "peer_user": source.user, "peer_port": source.peer_port,
+                    "link_dest": info.get("link_dest"),
                     "timeout": self.opt.rsync_timeout,
                 }, timeout=self.opt.rsync_timeout * 20)
         except (RemoteError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:

@@ -371,6 +371,40 @@ def _workload_checks(workload: str, primary: bool, benches: Sequence[Mapping[str
     return checks, figures
 
 
+def _variant_check(workload: str, variant: Mapping[str, Any], plain: Mapping[str, Any],
+                   margin: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(check, figure): a variant's throughput at c=1 against the plain serving it varies, both
+    measured against the same baseline, as the ratio of their speedups. The two are independent
+    estimates (the one baseline block they share only correlates them, which narrows their
+    ratio's spread), so in log space their half-widths add in quadrature. A guard against harm,
+    like the other workloads': it fails only when even the upper bound is below ``-margin``. A
+    per-batch-size table's cost shows here: the PIECEWISE CUDA graphs vLLM's V1 model runner
+    falls back to with one slow every step, its k=0 band's too (vllm-project/vllm#48494, #49652)."""
+    mine, theirs = variant.get("throughput_gain_c1") or {}, plain.get("throughput_gain_c1") or {}
+    names = ("value", "lower", "upper")
+    if any(mine.get(name) is None or theirs.get(name) is None for name in names):
+        figure = {"value": None, "lower": None, "upper": None}
+        return ({"workload": workload, "check": "variant_c1", "verdict": FAIL,
+                 "reason": f"{workload}: no throughput at c=1 of both the variant and the serving it varies"}, figure)
+
+    def log_half_width(found: Mapping[str, float]) -> float:
+        # A lower bound rounded to -100% (a side some 10,000 times slower) stays finite.
+        return (math.log1p(found["upper"]) - math.log1p(max(found["lower"], -0.9999))) / 2
+
+    centre = math.log1p(max(mine["value"], -0.9999)) - math.log1p(max(theirs["value"], -0.9999))
+    half = math.hypot(log_half_width(mine), log_half_width(theirs))
+    figure = {"value": round(math.expm1(centre), 4), "lower": round(math.expm1(centre - half), 4),
+              "upper": round(math.expm1(centre + half), 4)}
+    text = (f"throughput at c=1 against plain speculation {_pct(figure['value'])} "
+            f"({_pct(figure['lower'])} .. {_pct(figure['upper'])})")
+    if figure["upper"] < -margin:
+        return ({"workload": workload, "check": "variant_c1", "verdict": FAIL,
+                 "reason": f"{workload}: {text}: costs more than the {_pct(margin, False)} margin where "
+                           f"speculation pays"}, figure)
+    return ({"workload": workload, "check": "variant_c1", "verdict": PASS,
+             "reason": f"{workload}: {text}: no cost beyond the {_pct(margin, False)} margin shown"}, figure)
+
+
 def _acceptance_text(acceptance: Mapping[str, Any] | None) -> str:
     if not acceptance:
         return "unavailable (the server exposes no spec-decode counters)"
@@ -597,7 +631,7 @@ def checked_reference(blocks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] 
 
 # ---- the decision ---------------------------------------------------------------------------------
 def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compared: int = 1,
-           reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           reference: Mapping[str, Any] | None = None, variant_of: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Keep, revert, or measure one more pair of blocks, from the blocks measured so far.
 
     ``blocks``: in measuring order, each {"side": "baseline" | "speculative", "bench": ...}.
@@ -605,7 +639,11 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
     at the policy's error shared among them. ``reference``: the baseline bench whose answers the
     output check compares with, when ``blocks`` are a window of a measurement whose first
     baseline block is not among them (a serving's answers are checked in its first block only;
-    ``checked_reference``). Returns ``decision`` (keep | revert | measure),
+    ``checked_reference``). ``variant_of``: the verdict of the speculative serving these blocks
+    measure a variant of (a per-batch-size table of the same speculation, specfleet.batch_table),
+    measured against the same baseline: the variant also reverts when its own cost shows at c=1,
+    its throughput there below the plain serving's by more than the margin (``_variant_check``).
+    Returns ``decision`` (keep | revert | measure),
     ``next`` (the sides to measure next when measuring), ``reasons`` (sentences with numbers,
     the deciding ones first), ``figures`` (per gated workload), ``checks``, ``drift``,
     ``left_out`` (blocks before a move, not judged), ``keep_confidence``, ``output_check``,
@@ -658,6 +696,12 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
             workload, number == 0, judged, judged_sides, merged, request, keep_confidence, allowance)
         result["checks"].extend(workload_checks)
         notes.append(f"{workload}: speculative acceptance at c=1 {result['figures'][workload]['acceptance_c1_text']}")
+    if variant_of is not None:
+        primary = workloads[0]
+        check, result["figures"][primary]["variant_change_c1"] = _variant_check(
+            primary, result["figures"][primary], (variant_of.get("figures") or {}).get(primary) or {},
+            merged["specfleet_gate_margin"])
+        result["checks"].append(check)
     moved = moved and any(item["verdict"] == OPEN for item in result["checks"])
     if start:
         notes.append(f"the first {start} block(s) left out: the unit moved there ({result['drift']['left_behind']}); "

@@ -127,14 +127,14 @@ class Finding:
 
 def examine(node) -> tuple[Finding, list[tuple[str, str]], dict[str, str]]:
     """Resolve, scan and look up one unit; nothing is written here."""
-    resolved = subprocess.run(["ssh", "-G", *node.connection_args(), node.host], capture_output=True, text=True,
+    resolved = subprocess.run(["ssh", "-G", *node.connection_args(), "--", node.host], capture_output=True, text=True,
                               timeout=30, check=False)
     if resolved.returncode != 0:
         return Finding(node.name, node.host, "", UNREACHABLE, detail=resolved.stderr.strip()), [], {}
     config = parse_ssh_config(resolved.stdout)
     name, file = known_hosts_name(config), known_hosts_file(config)
     scan = subprocess.run(["ssh-keyscan", "-T", str(SCAN_TIMEOUT), "-p", config.get("port", "22"),
-                           "-t", KEY_TYPES, config["hostname"]],
+                           "-t", KEY_TYPES, "--", config["hostname"]],
                           capture_output=True, text=True, timeout=SCAN_TIMEOUT * 4 + 10, check=False)
     scanned = parse_keys(scan.stdout)
     known: list[tuple[str, str]] = []

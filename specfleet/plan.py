@@ -474,7 +474,6 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
     kv_gib = policy["specfleet_min_kv_cache_gib"]
     headroom = policy["specfleet_memory_headroom_gib"]
     fraction = policy["specfleet_gpu_memory_utilization"][device_class]
-    max_batch = policy["specfleet_trtllm_max_batch_size"]
     plan["kv_cache_free_gpu_memory_fraction"] = fraction
     plan["memory"] = {
         "unit_gib": round(unit_gib, 2),
@@ -487,11 +486,6 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
     problem = plan_trtllm.memory_problem(model.repo, model.weights_gib, fraction, unit_gib, kv_gib, headroom)
     if problem:
         return _refused(plan, f"does not fit: {problem}")
-    if max_batch == 1:
-        plan["notes"].append(
-            "trtllm max_batch_size 1 (as in NVIDIA's DGX Spark speculative decoding playbook): concurrent "
-            "requests queue in the server; set specfleet_trtllm_max_batch_size to measure batching"
-        )
     if model.needs_tiktoken:
         plan["notes"].append(
             f"{model.repo} loads o200k_base/cl100k_base: set TIKTOKEN_ENCODINGS_BASE to a directory holding them "
@@ -507,22 +501,29 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
             plan["reasons"].append(f"{label} does not fit on {device_class}: {problem}")
             continue
         tokens = _spec_tokens(policy, device_class, method)
-        spec = plan_trtllm.speculative_config(method, artifact, tokens, policy, image.trtllm_eagle3_decoding_type)
+        max_batch, max_concurrency, why = plan_trtllm.batching(policy, image.trtllm_version, method)
+        plan["notes"].append(why)
+        spec = plan_trtllm.speculative_config(method, artifact, tokens, policy, image.trtllm_eagle3_decoding_type,
+                                              max_concurrency)
         options = plan_trtllm.extra_llm_api_options(method, spec, fraction, max_batch)
         plan["speculative"] = spec
         plan["memory"]["speculator_gib"] = artifact_gib
         plan["memory"]["kv_cache_gib"] = plan_trtllm.kv_cache_gib(weights, fraction, unit_gib)
         if artifact:
             plan["speculator"] = {"repo": artifact, "dir": plan_trtllm.speculator_dir(artifact)}
-        plan["serving"] = plan_trtllm.serving("speculative", plan["image"], model.repo, policy, device_class, options)
+        plan["serving"] = plan_trtllm.serving("speculative", plan["image"], model.repo, policy, device_class, options,
+                                              max_batch)
         plan["baseline_serving"] = plan_trtllm.serving(
-            "baseline", plan["image"], model.repo, policy, device_class, plan_trtllm.baseline_options(options))
+            "baseline", plan["image"], model.repo, policy, device_class, plan_trtllm.baseline_options(options),
+            max_batch)
         return plan
 
     plan["reasons"].append("no speculative method fits: serving the baseline only")
+    max_batch, _, why = plan_trtllm.batching(policy, image.trtllm_version, None)
+    plan["notes"].append(why)
     baseline = plan_trtllm.extra_llm_api_options(None, None, fraction, max_batch)
     plan["baseline_serving"] = plan_trtllm.serving(
-        "baseline", plan["image"], model.repo, policy, device_class, baseline)
+        "baseline", plan["image"], model.repo, policy, device_class, baseline, max_batch)
     plan["serving"] = {**plan["baseline_serving"], "kind": "speculative"}
     return plan
 

@@ -10,10 +10,13 @@ nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6) and the option keys from TensorRT-
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from specfleet import serving as serving_spec
+from specfleet.catalog import version_key
 
 # Seed 004 downloads the EAGLE-3 head / draft model with `hf download REPO --local-dir DIR`
 # and points speculative_model_dir at DIR: TensorRT-LLM reads it as a checkpoint directory,
@@ -46,16 +49,81 @@ SEED_KEYS: dict[str, dict[str, Any]] = {
 NO_CUDA_GRAPH_CONFIG = ("draft_model",)
 
 
+# TensorRT-LLM's drafter skips a step whose batch holds more requests than the speculative
+# config's max_concurrency: speculation where it pays, none under load, as vLLM's per-batch-size
+# table does (tensorrt_llm/_torch/speculative/drafter.py `should_use_spec_decode`;
+# DecodingBaseConfig.max_concurrency). The oldest release whose published LLM API reference
+# shows the field, as checked: 1.3.0rc27 (nvidia.github.io/TensorRT-LLM/1.3.0rc27, the
+# Eagle3DecodingConfig page; newer ones also take draft_len_schedule). An older image may have
+# it too, unconfirmed: it keeps a batch of one (NVIDIA's DGX Spark playbook).
+MAX_CONCURRENCY_SINCE = "1.3.0rc27"
+# Only a separate drafter asks should_use_spec_decode: DraftTarget and NGram here. EAGLE-3 runs
+# one-model by default (eagle3_one_model) and MTP in the target's own step, where the field is
+# not known to switch anything off; those keep a batch of one.
+SEPARATE_DRAFTER_METHODS = ("draft_model", "ngram")
+# Speculation up to the largest concurrency the bench measures it to pay at: its c=1, as the
+# vLLM table's (specfleet.batch_table.SPECULATE_UP_TO).
+SPECULATE_UP_TO = 1
+
+
+def release_key(version: str) -> tuple[tuple[int, ...], float]:
+    """A TensorRT-LLM version to compare, its release candidate counted: ``"1.3.0rc27"`` ->
+    ((1, 3, 0), 27); a final release sorts after its candidates."""
+    found = re.search(r"rc(\d+)", version)
+    return version_key(version), (int(found.group(1)) if found else math.inf)
+
+
+def stops_under_load(trtllm_version: str | None) -> bool:
+    """Whether an image's TensorRT-LLM is known to take max_concurrency (unknown: not)."""
+    if not trtllm_version or not version_key(trtllm_version):
+        return False
+    return release_key(trtllm_version) >= release_key(MAX_CONCURRENCY_SINCE)
+
+
+def batching(policy: Mapping, trtllm_version: str | None, method: str | None) -> tuple[int, int | None, str]:
+    """(max_batch_size, max_concurrency, why) of a Spark serving of ``method`` (None: no
+    speculation). Where the image's TensorRT-LLM turns a separate drafter off above a
+    concurrency, the server batches like a Jetson's vLLM (specfleet_max_num_seqs) and
+    speculates up to SPECULATE_UP_TO; elsewhere it serves one request at a time, as NVIDIA's
+    playbook does, since it would draft for every request under load.
+    specfleet_trtllm_max_batch_size, when set, is the batch size either way."""
+    asked = policy["specfleet_trtllm_max_batch_size"]
+    version = trtllm_version or "(version unknown)"
+    if method is not None and method in SEPARATE_DRAFTER_METHODS and stops_under_load(trtllm_version):
+        batch = asked or int(policy["specfleet_max_num_seqs"])
+        if batch > SPECULATE_UP_TO:
+            return batch, SPECULATE_UP_TO, (
+                f"trtllm max_batch_size {batch}, speculating for at most {SPECULATE_UP_TO} request(s) a step "
+                f"(speculative_config.max_concurrency, TensorRT-LLM {version}): off under load")
+        return batch, None, f"trtllm max_batch_size {batch} (specfleet_trtllm_max_batch_size)"
+    if asked:
+        return asked, None, f"trtllm max_batch_size {asked} (specfleet_trtllm_max_batch_size)"
+    if method is None:
+        why = "no speculation to switch off"
+    elif method not in SEPARATE_DRAFTER_METHODS:
+        why = (f"{method} drafts in the target's own step, which max_concurrency is not known to switch off "
+               "(only a separate drafter, draft_model or ngram, asks it)")
+    else:
+        why = f"TensorRT-LLM {version} is not known to take max_concurrency (from {MAX_CONCURRENCY_SINCE})"
+    return 1, None, ("trtllm max_batch_size 1 (as in NVIDIA's DGX Spark speculative decoding playbook): "
+                     f"concurrent requests queue in the server; {why}; set specfleet_trtllm_max_batch_size "
+                     "to measure batching")
+
+
 def speculator_dir(repo: str) -> str:
     return f"{CHECKPOINT_ROOT}/{repo}"
 
 
 def speculative_config(
-    method: str, artifact: str | None, tokens: int, policy: Mapping, eagle3_name: str = "Eagle3"
+    method: str, artifact: str | None, tokens: int, policy: Mapping, eagle3_name: str = "Eagle3",
+    max_concurrency: int | None = None,
 ) -> dict[str, Any]:
-    """speculative_config for one method; ``tokens`` is max_draft_len."""
+    """speculative_config for one method; ``tokens`` is max_draft_len, ``max_concurrency`` the
+    most requests a step speculates for (None: every step, the engine's default)."""
     decoding_type = eagle3_name if method == "eagle3" else DECODING_TYPES[method]
     config: dict[str, Any] = {"decoding_type": decoding_type, "max_draft_len": tokens}
+    if max_concurrency is not None:
+        config["max_concurrency"] = max_concurrency
     if artifact:
         # speculative_model_dir: seed 004's key; newer docs call it speculative_model and keep
         # speculative_model_dir as an alias, so both image generations read it.
@@ -91,7 +159,8 @@ def baseline_options(speculative_options: Mapping) -> dict:
 
 
 def serving(
-    kind: str, image_ref: str, model_repo: str, policy: Mapping, device_class: str, options: Mapping[str, Any]
+    kind: str, image_ref: str, model_repo: str, policy: Mapping, device_class: str, options: Mapping[str, Any],
+    max_batch: int,
 ) -> dict[str, Any]:
     """A `trtllm-serve` serving as seed 004 runs it (pytorch backend, tp 1, its max batch
     size), on the policy's port so the benchmark reaches it like a vLLM unit, with the class's
@@ -106,7 +175,7 @@ def serving(
         flags=[
             ["--backend", "pytorch"],
             ["--tp_size", "1"],
-            ["--max_batch_size", str(policy["specfleet_trtllm_max_batch_size"])],
+            ["--max_batch_size", str(max_batch)],
             ["--max_seq_len", str(policy["specfleet_max_model_len"][device_class])],
         ],
         engine_options=options,

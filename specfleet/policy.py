@@ -238,8 +238,8 @@ def validate(policy: Mapping[str, Any], catalog: Catalog) -> list[str]:
                 problems.append(f"{name}: must be an integer {MIN_SPEC_TOKENS}..{MAX_SPEC_TOKENS}, got {shown(count)}")
 
     batch = policy["specfleet_trtllm_max_batch_size"]
-    if not is_integer(batch) or batch < 1:
-        problems.append(f"specfleet_trtllm_max_batch_size: must be a positive integer, got {shown(batch)}")
+    if batch is not None and (not is_integer(batch) or batch < 1):
+        problems.append(f"specfleet_trtllm_max_batch_size: must be a positive integer or null, got {shown(batch)}")
 
     lookup_min = policy["specfleet_ngram_prompt_lookup_min"]
     lookup_max = policy["specfleet_ngram_prompt_lookup_max"]

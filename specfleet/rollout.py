@@ -420,9 +420,11 @@ def block_measured(
         return _measuring(state, paired.BASELINE)
     if state.get("table"):
         # The table is judged on its own blocks (the baseline before its first one, then its
-        # pairs), with the gate's budget of its own: more pairs while it is unsure.
+        # pairs), with the gate's budget of its own: more pairs while it is unsure; and at c=1
+        # against the plain speculation it varies (what its PIECEWISE graphs cost).
         since = state["table"]["since"]
-        verdict = gate.decide(blocks[since:], policy, reference=gate.checked_reference(blocks))
+        verdict = gate.decide(blocks[since:], policy, reference=gate.checked_reference(blocks),
+                              variant_of=state["table"]["without"])
         if verdict["decision"] == gate.MEASURE:
             return _measuring(state, verdict["next"][0])
         return _decided(state, plan, policy, verdict, since=since)

@@ -38,7 +38,7 @@ from rich.table import Table
 
 from specfleet import release as release_module
 from specfleet import report as report_module
-from specfleet import serving
+from specfleet import serving, variables
 
 # Where the rollout leaves things on a unit: the unit layout the modules and roles share.
 RELEASE_FILE = LAYOUT["release_file"]
@@ -79,6 +79,17 @@ class UnitRead:
 # --------------------------------------------------------------------------- remote command
 
 
+# What status shows of the serving container, and nothing else: a whole `docker inspect` carries
+# Config.Env, the serving's API key and Hugging Face token among it, which would then travel
+# back through Ansible's output and any callback that logs it. The shape is inspect's own (a
+# list of one container), so read_container reads either.
+INSPECT_FORMAT = (
+    '[{"State":{{json .State}},"Config":{"Image":{{json .Config.Image}},'
+    '"Entrypoint":{{json .Config.Entrypoint}},"Cmd":{{json .Config.Cmd}},'
+    '"Labels":{"' + HASH_LABEL + '":{{json (index .Config.Labels "' + HASH_LABEL + '")}}}}}]'
+)
+
+
 def remote_command(nonce: str) -> str:
     """One POSIX shell command that prints every section followed by a trailer line
     ``<nonce> <section> <rc>``. The nonce is fresh per call, so no file content can fake a
@@ -93,7 +104,7 @@ def remote_command(nonce: str) -> str:
             f"cat {RELEASE_FILE} 2>&1; rc=$?",
             'printf "\\n%s release %s\\n" "$N" "$rc"',
             "if command -v docker >/dev/null 2>&1; then",
-            f"  docker inspect --type container {CONTAINER_NAME} 2>&1; rc=$?",
+            f"  docker inspect --type container --format {shlex.quote(INSPECT_FORMAT)} {CONTAINER_NAME} 2>&1; rc=$?",
             "else rc=nodocker; fi",
             'printf "\\n%s container %s\\n" "$N" "$rc"',
         ]
@@ -215,7 +226,8 @@ def container_serving(container: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "image": config.get("Image"),
         "args": [*_as_list(entrypoint), *_as_list(cmd)],
-        "config_hash": _mapping(config.get("Labels")).get(HASH_LABEL),
+        # Docker's template gives "" for a label the container does not carry.
+        "config_hash": _mapping(config.get("Labels")).get(HASH_LABEL) or None,
         "exit_code": state.get("ExitCode"),
         "started_at": state.get("StartedAt"),
         "finished_at": state.get("FinishedAt"),
@@ -364,29 +376,35 @@ def exit_code(rows: Sequence[Mapping[str, Any]]) -> int:
 # --------------------------------------------------------------------------- inventory
 
 
-def _address(host: Any) -> str:
-    """The address the inventory gives a host (ansible_host), else its name. Only the
-    inventory's own variables are read (no group_vars files, nothing from a vault), so
-    listing never needs a secret; the address is for people, Ansible connects by itself."""
+def _inventory_variables(host: Any) -> dict[str, Any]:
+    """The inventory's own variables of a host (its groups' and its own: no group_vars files,
+    nothing from a vault), so listing never needs a secret."""
     from ansible.inventory.helpers import get_group_vars
     from ansible.utils.vars import combine_vars
 
     try:
-        variables = combine_vars(get_group_vars(host.get_groups()), host.get_vars())
-        for name in ("ansible_host", "ansible_ssh_host"):
-            value = variables.get(name)
-            # A vaulted value is no str; a template is resolved only by Ansible.
-            if isinstance(value, str) and value and "{{" not in value:
-                return str(value)
+        return dict(combine_vars(get_group_vars(host.get_groups()), host.get_vars()))
     except Exception:  # noqa: BLE001 - an odd variable only costs the address column
-        pass
-    return str(host.name)
+        return {}
+
+
+def _address(name: str, variables: Mapping[str, Any]) -> str:
+    """The address the inventory gives a host (ansible_host), else its name; the address is
+    for people, Ansible connects by itself."""
+    for key in ("ansible_host", "ansible_ssh_host"):
+        value = variables.get(key)
+        # A vaulted value is no str; a template is resolved only by Ansible.
+        if isinstance(value, str) and value and "{{" not in value:
+            return str(value)
+    return name
 
 
 def inventory_hosts(inventory_path: str, limit: str | None = None) -> dict[str, str]:
     """Host name -> address of every host of an inventory (or those an Ansible ``--limit``
     leaves), sorted by name. Raises what Ansible raises for an inventory it cannot parse
-    (ansible.cfg's ``unparsed_is_failed`` applies, read from the current directory)."""
+    (ansible.cfg's ``unparsed_is_failed`` applies, read from the current directory), and a
+    ValueError naming each host and variable whose connection settings ssh would misread (a
+    host name or address starting with '-' is an ssh option: variables.connection_problems)."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
@@ -394,7 +412,12 @@ def inventory_hosts(inventory_path: str, limit: str | None = None) -> dict[str, 
     if limit:
         inventory.subset(limit)
     hosts = sorted(inventory.get_hosts("all"), key=lambda host: host.name)
-    return {host.name: _address(host) for host in hosts}
+    found = {host.name: _inventory_variables(host) for host in hosts}
+    problems = [problem for name, host_vars in found.items()
+                for problem in variables.connection_problems(name, host_vars, templated_ok=True)]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return {name: _address(name, host_vars) for name, host_vars in found.items()}
 
 
 # --------------------------------------------------------------------------- Ansible's answer
@@ -420,6 +443,17 @@ def run_timeout(timeout: float, hosts: int) -> float:
     return STARTUP_ALLOWANCE + math.ceil(hosts / forks_for(hosts)) * (task_timeout(timeout) + 5)
 
 
+def untemplated(command: str) -> str:
+    """``command`` as Ansible's ad hoc ``-a`` passes it on unchanged: Ansible templates module
+    arguments, and the command's braces (docker's --format) are its own, so all but its first
+    word sits in a Jinja2 raw block (the first word keeps -a from starting with '{', which ad
+    hoc would read as JSON)."""
+    first, _, rest = command.partition(" ")
+    if "{" in first or "endraw" in rest:
+        raise ValueError("a command Ansible would template: braces in its first word, or a raw block's end")
+    return f"{first} {{% raw %}}{rest}{{% endraw %}}" if rest else first
+
+
 def ansible_argv(
     inventory_path: str, limit: str | None, command: str, timeout: float, hosts: int, executable: str = "ansible"
 ) -> list[str]:
@@ -432,7 +466,7 @@ def ansible_argv(
         argv += ["--limit", limit]
     return argv + [
         "-m", "ansible.builtin.raw",
-        "-a", command,
+        "-a", untemplated(command),
         "--become",
         "-T", str(max(1, math.ceil(timeout))),
         "--task-timeout", str(task_timeout(timeout)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -228,6 +228,72 @@ def host_name_problem(host: Any) -> str | None:
         return None
     return (f"inventory_hostname: {shown(host)} is not a usable unit name (letters, digits, '.', '_' or '-', "
             "up to 128, not starting with '.' or '-'); set ansible_host for the address")
+
+
+# A host name or an address as ssh takes one (DNS name, IPv4, IPv6 with an optional zone; ssh
+# takes no brackets): never empty, never starting with '-' (ssh would read an option), nothing a
+# shell or an ssh_config line could split on.
+_ADDRESS = re.compile(r"^[A-Za-z0-9_:][A-Za-z0-9_.:%-]{0,252}$")
+# A login name as useradd takes it (Samba's trailing '$'), or a domain login (user@domain),
+# never starting with '-'.
+_LOGIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}\$?$")
+ADDRESS_VARIABLES = ("ansible_host", "ansible_ssh_host", "specfleet_fanout_address")
+PORT_VARIABLES = ("ansible_port", "ansible_ssh_port", "specfleet_fanout_port")
+USER_VARIABLES = ("ansible_user", "ansible_ssh_user", "ansible_remote_user")
+KEY_VARIABLES = ("ansible_ssh_private_key_file", "ansible_private_key_file")
+
+
+def connection_problems(host: Any, host_vars: Mapping[str, Any], templated_ok: bool = False) -> list[str]:
+    """Why a host's connection settings cannot reach ssh or rsync as given, each naming the host
+    and the variable; [] when they can. The commands that connect themselves (distribute,
+    hostkeys) and status, which hands the inventory to Ansible, check every host first: a host
+    name or address starting with '-' is an ssh option, not a destination. ``templated_ok``: a
+    value holding a Jinja2 template, or a vaulted one (status reads no vault), is Ansible's to
+    resolve there, not a literal address."""
+    problems = []
+    named = host_name_problem(host)
+    if named:
+        problems.append(named)
+    where = f"host {shown(host)}" if named else str(host)
+
+    def literal(value: Any) -> bool:
+        if not templated_ok:
+            return True
+        # A vaulted value is no str (Ansible's EncryptedString); a template is a str with braces.
+        return isinstance(value, str | int) and not (isinstance(value, str) and "{{" in value)
+
+    for names, fits, wrong in _CONNECTION_CHECKS:
+        for name in names:
+            value = host_vars.get(name)
+            if value is not None and literal(value) and not fits(value):
+                problems.append(f"{where}: {name}: {wrong.format(value=shown(value))}")
+    return problems
+
+
+def _port_fits(value: Any) -> bool:
+    number = as_integer(value) if isinstance(value, str) else value
+    return is_integer(number) and 1 <= number <= 65535
+
+
+# (variables, whether a value fits, what a value that does not is) for connection_problems.
+_CONNECTION_CHECKS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (ADDRESS_VARIABLES, lambda value: isinstance(value, str) and bool(_ADDRESS.match(value)),
+     "{value} is not a host name or address (letters, digits, '.', '_', ':', '%' or '-', not starting with '-')"),
+    (PORT_VARIABLES, _port_fits, "must be a port number 1..65535, got {value}"),
+    (USER_VARIABLES, lambda value: isinstance(value, str) and bool(_LOGIN.match(value)),
+     "{value} is not a login name (letters, digits, '.', '_', '@' or '-', not starting with '-')"),
+    (KEY_VARIABLES, lambda value: isinstance(value, str) and bool(value) and not any(c in value for c in "\n\r\0"),
+     "must be a file path on one line, got {value}"),
+)
+
+
+def port_of(host_vars: Mapping[str, Any], *names: str, default: int = 22) -> int:
+    """The first of ``names`` set (checked by connection_problems), else ``default``."""
+    for name in names:
+        value = host_vars.get(name)
+        if value is not None:
+            return int(value)
+    return default
 
 
 def unit_file(folder: Path, host: str, suffix: str) -> Path:

@@ -266,7 +266,7 @@ CASES = [
     Case("gate-tie-gap-negative", {"specfleet_gate_tie_logprob_gap": -1},
          "specfleet_gate_tie_logprob_gap", "must be a number of nats >= 0"),
     Case("trtllm-batch-zero", {"specfleet_trtllm_max_batch_size": 0},
-         "specfleet_trtllm_max_batch_size", "must be a positive integer, got 0"),
+         "specfleet_trtllm_max_batch_size", "must be a positive integer or null, got 0"),
 ]
 # fmt: on
 
@@ -523,3 +523,43 @@ def test_a_data_file_edited_badly_is_an_error_naming_file_entry_and_field(
         capability.load_table.cache_clear()
     _, err = capsys.readouterr()
     assert f"specfleet/data/{message}" in err and "Traceback" not in err, err
+
+
+# Connection settings ssh would read as options: every command that connects (or hands the
+# inventory to Ansible) refuses them before it runs ssh, naming the host and the variable.
+CONNECTING_COMMANDS = ("distribute", "hostkeys", "status")
+HOSTILE = {
+    "host-name": ("-oProxyCommand=touch {marker}", {}, "inventory_hostname"),
+    "ansible-host": (THOR, {"ansible_host": "-oProxyCommand=touch {marker}"}, "ansible_host"),
+    "fanout-address": (THOR, {"specfleet_fanout_address": "-oProxyCommand=touch {marker}"},
+                       "specfleet_fanout_address"),
+    "ansible-user": (THOR, {"ansible_user": "-oProxyCommand=touch {marker}"}, "ansible_user"),
+    "ansible-port": (THOR, {"ansible_port": "abc"}, "ansible_port"),
+    "port-range": (THOR, {"ansible_port": 70000}, "ansible_port"),
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+@pytest.mark.parametrize("command", CONNECTING_COMMANDS)
+def test_connection_settings_ssh_would_read_as_options_are_refused_before_ssh_runs(
+        command: str, hostile: str, tmp_path: Path):
+    marker = tmp_path / "pwned"
+    name, settings, variable = HOSTILE[hostile]
+    name = name.format(marker=marker)
+    settings = {key: value.format(marker=marker) if isinstance(value, str) else value
+                for key, value in settings.items()}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        name: {"ansible_host": "127.0.0.1", "ansible_port": 1, **settings},
+        NANO: {"ansible_host": "127.0.0.1", "ansible_port": 1},
+    }}}))
+    store = tmp_path / "store"
+    (store / "manifests").mkdir(parents=True)
+    (store / "manifests" / "entry.json").write_text(json.dumps({"name": "entry", "files": {}}))
+    extra = {"distribute": ["--store", str(store), "--name", "entry"], "hostkeys": [], "status": ["--timeout", "2"]}
+    result = run([sys.executable, "-m", "specfleet.cli", command, "-i", str(inventory), *extra[command]], tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    complaint = result.stderr.strip().splitlines()[-1]
+    assert variable in complaint and "Traceback" not in result.stderr, result.stderr
+    assert name[:40] in complaint, complaint  # long values are shortened
+    assert not marker.exists()

@@ -20,6 +20,7 @@ login user `nvidia` (sudo with a password, which rsync cannot answer), not root.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -442,3 +443,33 @@ def test_prepare_fans_a_model_several_units_lack_out_unit_to_unit(lab_units, tmp
     assert "Copy what is missing into each model's staging directory" in output
     for node in lab_units:
         assert live_state_at(node, manifest, HF_ROOT) == {"live": manifest["id"], "bad": []}, node.name
+
+
+def test_units_on_ssh_port_2222_copy_unit_to_unit_with_host_keys_checked(lab_units, tmp_path):
+    """Every unit's sshd also listens on 2222, and the inventory says so (ansible_port, which
+    peers use too): the controller writes each peer's host key as `[addr]:2222`, the name ssh
+    looks a unit on another port up by, and the units' copies between them (StrictHostKeyChecking
+    yes, that known_hosts only) all succeed; nothing is served by the controller alone."""
+    cfg = LabConfig()
+
+    def in_unit(node: Node, *argv: str) -> None:
+        # As root inside the unit: a stock unit's login is `nvidia`, whose sudo asks a password.
+        engine.docker(cfg, ["exec", f"{cfg.prefix}-{node.name}", *argv])
+
+    for node in lab_units:
+        in_unit(node, "/usr/sbin/sshd", "-p", "2222", "-o", "PidFile=/run/sshd-2222.pid")
+    try:
+        moved = [dataclasses.replace(node, port=2222, peer_port=2222) for node in lab_units]
+        assert {node.known_hosts_name() for node in moved} == {f"[{node.peer}]:2222" for node in moved}
+        store = tmp_path / "store"
+        manifest = make_store(store, b"v2222")
+        # A root the login owns (ROOT is made by the module's role tests, which become root).
+        root = "/tmp/specfleet-fanout-2222"
+        result = Runner(moved, store, manifest, Options(root=root, subdir="hub", pieces=8)).run()
+        assert result["ok"] and result["failures"] == 0, json.dumps(result)[:6000]
+        assert result["bytes_from"]["peers"] > 0, result
+        for node in moved:
+            assert live_state_at(node, manifest, root) == {"live": manifest["id"], "bad": []}, node.name
+    finally:
+        for node in lab_units:
+            in_unit(node, "sh", "-c", "kill $(cat /run/sshd-2222.pid)")

@@ -481,6 +481,39 @@ def test_a_unit_that_loses_only_under_load_keeps_speculation_through_a_per_batch
         lab.set_faults(fleet_lab, host, None)
 
 
+def test_a_table_whose_piecewise_graphs_cost_more_than_the_margin_at_c1_is_not_kept(fleet_lab, decided, tmp_path):
+    """The same Thor and faults as above, and the emulator's piecewise_gap_us 250 (its default:
+    12): its PIECEWISE CUDA graphs (what vLLM's V1 model runner falls back to with a table) lose
+    a quarter of a millisecond at each layer's boundary, about -10% at c=1 against plain
+    speculation and -12% at c=8 against the baseline (noiseless). The table is measured after
+    the c=8 revert, compared with the baseline and at c=1 with the plain speculation it varies,
+    and not kept: the unit serves its baseline, and the reasons give the table's cost both
+    where speculation pays and under load. (The c=1 check deciding alone: test_rollout.py.)"""
+    host = "thor-02"
+    bands = [[1, 1, 5], [2, 8, 0]]
+    settings = {"specfleet_gate_workloads": ["code_edit"], "specfleet_rollout_remeasure": True}
+    lab.set_faults(fleet_lab, host, {"only_when_speculating": True, "loaded_draft_slowdown": 2.0,
+                                     "piecewise_gap_us": 250})
+    try:
+        runs = tmp_path / "costly"
+        result = playbook("rollout.yml", "-l", host, "-e", json.dumps(settings), env={"SPECFLEET_RUNS_DIR": str(runs)})
+        assert result.returncode == 0, result.stdout[-6000:]
+        record = json.loads(next(runs.glob(f"*/units/{host}.json")).read_text())
+        assert (record["decision"], record["batch_table"]) == ("reverted", {"table": bands, "decision": "revert"}), \
+            record["reasons"]
+        # Its cost where speculation pays, against the plain speculation it varies: beyond the
+        # margin (the lab's 8 prompts at c=1 leave its bounds wide; its k=0 band's cost at c=8
+        # against the baseline fails the margin surely and reverts it at the first look).
+        (cost,) = [reason for reason in record["reasons"] if "against plain speculation" in reason]
+        assert cost.startswith("code_edit: throughput at c=1 against plain speculation -"), cost
+        assert record["figures"]["code_edit"]["variant_change_c1"]["value"] < -0.03, cost
+        assert record["measurement"]["deciding"].startswith("code_edit: throughput at c=8 -"), record["measurement"]
+        release = json.loads(on_unit(host, "cat /var/lib/specfleet/release.json").stdout)
+        assert release["current"] == release["known_good"] and release["current"]["kind"] == "baseline"
+    finally:
+        lab.set_faults(fleet_lab, host, None)
+
+
 def test_a_unit_far_from_the_thresholds_decides_at_its_first_look_and_one_near_takes_more(decided, tmp_path):
     """The sequential gate looks after baseline, speculative, baseline and then after each more
     pair. AGX Orin's code-edit gain (about 1.7x, noiseless) is far above the 30% threshold: its

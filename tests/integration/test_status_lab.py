@@ -185,3 +185,31 @@ def test_ssh_config_alias_and_proxyjump_are_honoured(fleet_lab, tmp_path):
     (row,) = json.loads(result.stdout)
     assert (row["host"], row["address"], row["reachable"]) == ("aliased-01", "specfleet-behind-jump", True), row
     assert row["release_record"] in ("present", "missing")
+
+
+def test_status_fetches_no_container_secret_even_with_a_log_callback_on(recorded_unit, tmp_path):
+    """A whole `docker inspect` carries Config.Env (the serving's API key, its Hugging Face
+    token): status asks Docker for the fields it shows only, so a log callback a user enables
+    (community.general.log_plays here) keeps no secret, and neither does status's output."""
+    log = tmp_path / "log"
+    result = subprocess.run(
+        [sys.executable, "-m", "specfleet.cli", "status", "-i", str(INVENTORY), "--limit", RECORDED,
+         "--format", "json"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "ANSIBLE_CALLBACKS_ENABLED": "community.general.log_plays",
+             "ANSIBLE_LOG_FOLDER": str(log)},
+    )
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["reachable"] and row["serving"] in ("running", "exited"), row
+    # log_plays writes each result as JSON: the command's output is a JSON string inside it.
+    logged = "".join(path.read_text(errors="replace") for path in log.rglob("*") if path.is_file())
+    logged = logged.replace('\\"', '"')
+    assert RECORDED in {path.name for path in log.iterdir()} and '"Status"' in logged, logged[:2000]
+    environment = json.loads(on_unit(RECORDED, "docker inspect -f '{{json .Config.Env}}' specfleet-vllm").stdout)
+    assert environment  # the container does carry an environment, and none of it travels
+    assert '"Env"' not in logged and '"Env"' not in result.stdout
+    secret_names = set(recorded_unit["current"].get("secret_env_names") or [])
+    secrets = [value for name, _, value in (entry.partition("=") for entry in environment)
+               if name in secret_names and value]
+    assert [value for value in secrets if value in logged or value in result.stdout] == []

@@ -33,6 +33,11 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
   chat), the per-position acceptance the server drafts with instead of its calibrated curve
   (perfmodel.py; longer k continue the given curve): a head that drafts poorly on that traffic
   (trained on other data, or another chat template), so speculation slows that workload down
+- `piecewise_gap_us: G`  a server whose CUDA graphs run PIECEWISE (vLLM's V1 model runner
+  with a per-batch-size table, or cudagraph_mode PIECEWISE) loses G microseconds at each decoder
+  layer's graph boundary per forward pass (G >= 0; default perfmodel.PIECEWISE_GAP_S, 12): a
+  host whose graph boundaries cost more (a slower CPU or power mode; vllm-project/vllm#49652
+  and #49986 report 7-30% on datacenter GPUs)
 - `only_when_speculating: true`  every switch above applies only to a server started
   with --speculative-config (a drafter crash, a speculative-only hang); the baseline runs clean
 """
@@ -65,6 +70,7 @@ class Faults:
     unstable_outputs: bool = False
     loaded_draft_slowdown: float = 1.0
     draft_acceptance: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    piecewise_gap_us: float | None = None
     only_when_speculating: bool = False
 
     def acceptance_for(self, workload: str) -> tuple[float, ...] | None:
@@ -87,7 +93,8 @@ def parse_faults(data: Any) -> Faults:
     unknown = set(data) - {
         "crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s",
         "drafter_unbudgeted_mib", "reject_speculative_config", "output_divergence", "divergence_after_tokens",
-        "unstable_outputs", "loaded_draft_slowdown", "draft_acceptance", "only_when_speculating",
+        "unstable_outputs", "loaded_draft_slowdown", "draft_acceptance", "piecewise_gap_us",
+        "only_when_speculating",
     }
     if unknown:
         raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
@@ -110,6 +117,9 @@ def parse_faults(data: Any) -> Faults:
     slowdown = data.get("loaded_draft_slowdown", 1.0)
     if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)) or slowdown < 1:
         raise ValueError("loaded_draft_slowdown must be a number >= 1")
+    gap = data.get("piecewise_gap_us")
+    if gap is not None and (isinstance(gap, bool) or not isinstance(gap, (int, float)) or gap < 0):
+        raise ValueError("piecewise_gap_us must be a non-negative number")
     return Faults(
         crash_after_requests=optional_count("crash_after_requests"),
         never_ready=bool(data.get("never_ready", False)),
@@ -122,6 +132,7 @@ def parse_faults(data: Any) -> Faults:
         unstable_outputs=bool(data.get("unstable_outputs", False)),
         loaded_draft_slowdown=float(slowdown),
         draft_acceptance=_draft_acceptance(data.get("draft_acceptance")),
+        piecewise_gap_us=None if gap is None else float(gap),
         only_when_speculating=bool(data.get("only_when_speculating", False)),
     )
 

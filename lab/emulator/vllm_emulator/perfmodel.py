@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .gpu import GpuSpec
 from .hub import ModelInfo
@@ -311,6 +311,16 @@ def ngram_match_rate(workload: str, prompt_lookup_min: int | None) -> float:
 # --- engine step timing -------------------------------------------------------------------
 
 EAGER_LAUNCH_FACTOR = 2.0
+# cudagraph_mode PIECEWISE (what vLLM's V1 model runner falls back to with a per-batch-size
+# table, vllm-project/vllm#48494): the graphs are split at each layer's attention, which runs
+# outside them. The host enqueues the pieces well ahead of a memory-bound step, so what the GPU
+# loses is the gap at each piece's boundary: a fixed time per decoder layer and forward pass,
+# a larger share of a short step than of a long one. ESTIMATE: 12 us a layer, about 0.4 ms on a
+# 32-layer 8B model: +7% of a 5-6 ms datacenter step, the k=0 band's published cost
+# (vllm-project/vllm#49652; more at high concurrency and short context, #49986), and under 1%
+# of a Thor FP4 8B step (52 ms). No Jetson measurement exists; the fault switch
+# `piecewise_gap_us` sets a costlier host.
+PIECEWISE_GAP_S = 12e-6
 BYTES_PER_PARAM = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "mxfp4": 0.53}
 
 
@@ -333,6 +343,7 @@ class ModelPerf:
     precision: str
     flops_per_token: float
     kv_bytes_per_token: int
+    layers: int = 0  # decoder layers a forward pass runs (PIECEWISE graphs pay a gap at each)
 
 
 def model_perf(model: ModelInfo, precision: str, weights_gib: float, kv_bytes_per_token: int) -> ModelPerf:
@@ -342,6 +353,7 @@ def model_perf(model: ModelInfo, precision: str, weights_gib: float, kv_bytes_pe
         precision=precision,
         flops_per_token=2.0 * estimate_parameters(model) * active_fraction,
         kv_bytes_per_token=kv_bytes_per_token,
+        layers=model.num_layers,
     )
 
 
@@ -359,6 +371,9 @@ class EnginePerf:
     prompt_lookup_min: int | None = None
     # --enforce-eager: no CUDA graphs, so every kernel launch is paid on each step.
     enforce_eager: bool = False
+    # cudagraph_mode PIECEWISE: the GPU's gap at each decoder layer's graph boundary, per forward
+    # pass (PIECEWISE_GAP_S, or the fault switch's); 0 under full graphs.
+    piecewise_gap_s: float = 0.0
     # Dynamic speculative decoding: draft length by batch size (index = requests scheduled in
     # the step, 0 unused), as the Scheduler's lookup; None: always num_speculative_tokens.
     draft_lookup: tuple[int, ...] | None = None
@@ -408,6 +423,8 @@ def build_engine_perf(
         # MTP drafts with the target's own extra layer: about one layer's weights.
         weights = source.weights_gib if source is not target else target.weights_gib / max(1, target.num_layers)
         draft_perf = model_perf(source, source.precision, weights, kv_bytes_per_token(source, kv_cache_dtype))
+        if source is target:
+            draft_perf = replace(draft_perf, layers=1)  # MTP's one extra layer
     if async_scheduling is None:
         async_scheduling = speculative is None or speculative.async_scheduling
     return EnginePerf(
@@ -460,6 +477,7 @@ def step_timing(
     drafted = sum(1 for flag in proposing if flag) if k else 0
     target_bytes = perf.target.weights_gib * GIB
     gpu = device.step_overhead_s * perf.launch_factor + target_bytes / perf.bandwidth_bytes_per_s(perf.target.precision)
+    gpu += perf.piecewise_gap_s * perf.target.layers
     verify_tokens = decoding + drafted * k
     gpu += verify_tokens * perf.seconds_per_token_compute(perf.target, device.decode_tflops)
     gpu += prefill_tokens * perf.seconds_per_token_compute(perf.target, device.prefill_tflops)
@@ -472,6 +490,7 @@ def step_timing(
     if drafted and perf.draft is not None and perf.method != "ngram":
         per_position = (
             device.draft_position_overhead_s * perf.launch_factor
+            + perf.piecewise_gap_s * perf.draft.layers
             + perf.draft.weights_gib * GIB / perf.bandwidth_bytes_per_s(perf.draft.precision)
             + drafted * perf.seconds_per_token_compute(perf.draft, device.decode_tflops)
         )

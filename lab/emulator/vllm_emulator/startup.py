@@ -42,7 +42,7 @@ from .metrics import VllmMetrics
 from .pagecache import PageCache, load_page_cache, page_cache_dir
 from .pagecache import describe as describe_page_cache
 from .pagecache import info as page_cache_info
-from .perfmodel import DEVICE_PROFILES, build_engine_perf, startup_phases
+from .perfmodel import DEVICE_PROFILES, PIECEWISE_GAP_S, build_engine_perf, startup_phases
 from .power import load_power_monitor
 from .quantization import (
     auto_dtype_fallback_warning,
@@ -115,6 +115,8 @@ class Startup:
     compile_hash: str | None = None
     compile_cache_hit: bool | None = None
     async_scheduling: bool = True
+    # The CUDA graph mode the model runner captures (_cudagraph_mode).
+    cudagraph_mode: str = "FULL_AND_PIECEWISE"
     page_cache: PageCache | None = None  # the unit's EMULATED page cache (None: no state mounted)
     page_cache_record: Path | None = None  # this server's record of the weights it read
 
@@ -227,27 +229,33 @@ def _build_vllm_config(st: Startup) -> None:
         )
     elif st.async_scheduling:
         log.info("vllm.py:531", "Asynchronous scheduling is enabled.")
-    if spec is not None and spec.num_speculative_tokens_per_batch_size is not None:
-        _dynamic_sd_cudagraph_warning(st)
+    st.cudagraph_mode = _cudagraph_mode(st)
 
 
-def _dynamic_sd_cudagraph_warning(st: Startup) -> None:
-    """VllmConfig._maybe_override_dynamic_sd_cudagraph_mode (vllm/config/vllm.py): with a
-    per-batch-size table (even an empty one: `uses_dynamic_speculative_decoding()` is
-    `is not None`) full CUDA graphs fall back to PIECEWISE on the V1 model runner. Not under
-    --enforce-eager (cudagraph_mode NONE) nor when the compilation config already asks for
-    PIECEWISE or NONE. The text is that of vLLM main (vllm-project/vllm, 2026-09); the first
-    release with the feature may have worded it differently."""
+def _cudagraph_mode(st: Startup) -> str:
+    """The CUDA graph mode the V1 model runner captures: NONE under --enforce-eager, else the
+    compilation config's (FULL_AND_PIECEWISE by default), except that with a per-batch-size
+    table (even an empty one: `uses_dynamic_speculative_decoding()` is `is not None`) a full
+    mode falls back to PIECEWISE with a warning
+    (VllmConfig._maybe_override_dynamic_sd_cudagraph_mode, vllm/config/vllm.py), which the V2
+    model runner (VLLM_USE_V2_MODEL_RUNNER=1) does not need. The text is that of vLLM main
+    (vllm-project/vllm, 2026-09; v0.27.1 logs it, vllm-project/vllm#48494); the first release
+    with the feature may have worded it differently."""
     compilation = st.args.compilation_config if isinstance(st.args.compilation_config, dict) else {}
     mode = str(compilation.get("cudagraph_mode", "FULL_AND_PIECEWISE")).upper()
-    if st.args.enforce_eager or mode in ("PIECEWISE", "NONE") or st.env.get("VLLM_USE_V2_MODEL_RUNNER") == "1":
-        return
+    if st.args.enforce_eager:
+        return "NONE"
+    spec = st.speculative
+    if (spec is None or spec.num_speculative_tokens_per_batch_size is None or mode in ("PIECEWISE", "NONE")
+            or st.env.get("VLLM_USE_V2_MODEL_RUNNER") == "1"):
+        return mode
     st.log.warning(
         "vllm.py:855",
         "Dynamic speculative decoding changes the target verification length at runtime. "
         f"Overriding cudagraph_mode from {mode} to PIECEWISE for reliability. "
         "Use VLLM_USE_V2_MODEL_RUNNER=1 if you want to use full CUDA graphs.",
     )
+    return "PIECEWISE"
 
 
 def _compile_factors(st: Startup) -> dict[str, Any]:
@@ -450,6 +458,10 @@ def _engine_core(st: Startup) -> Engine:
         except DynamicScheduleError as error:
             raise error.to_failure() from error
         perf = dataclasses.replace(perf, draft_lookup=lookup)
+    if st.cudagraph_mode == "PIECEWISE":
+        # A gap at each layer's graph boundary on every forward pass (perfmodel.PIECEWISE_GAP_S).
+        gap = PIECEWISE_GAP_S if st.faults.piecewise_gap_us is None else st.faults.piecewise_gap_us * 1e-6
+        perf = dataclasses.replace(perf, piecewise_gap_s=gap)
     served = (args.served_model_name or [args.model])[0]
     metrics = VllmMetrics(
         served,

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import DEFAULT_EMULATED_TRTLLM_VERSION
 from .trtllm_cli import ServeArgs
 
 PYDANTIC_DOCS = "https://errors.pydantic.dev/2.12/v"
@@ -47,6 +49,25 @@ _DECODING_BASE_FIELDS = tuple(
     max_concurrency draft_len_schedule load_format acceptance_window acceptance_length_threshold
     allow_advanced_sampling""".split()
 )
+# The drafter's switches by batch size, in the LLM API reference from 1.3.0rc27 (the oldest
+# checked; specfleet/plan_trtllm.py MAX_CONCURRENCY_SINCE). An older emulated release refuses
+# them as unknown keys: whether it has them is unconfirmed, and the emulator is never kinder.
+LOAD_SWITCHES = ("max_concurrency", "draft_len_schedule")
+LOAD_SWITCHES_SINCE = "1.3.0rc27"
+
+
+def release_key(version: str) -> tuple[tuple[int, ...], float]:
+    """``"1.3.0rc27"`` -> ((1, 3, 0), 27); a final release sorts after its candidates."""
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version.split("rc")[0])[:3])
+    candidate = re.search(r"rc(\d+)", version)
+    return numbers, (int(candidate.group(1)) if candidate else math.inf)
+
+
+def decoding_base_fields(version: str) -> tuple[str, ...]:
+    """DecodingBaseConfig's fields in the emulated TensorRT-LLM ``version``."""
+    if release_key(version) >= release_key(LOAD_SWITCHES_SINCE):
+        return _DECODING_BASE_FIELDS
+    return tuple(name for name in _DECODING_BASE_FIELDS if name not in LOAD_SWITCHES)
 _EAGLE_FIELDS = tuple(
     """eagle_choices greedy_sampling posterior_threshold use_dynamic_tree dynamic_tree_max_topK
     num_eagle_layers max_non_leaves_per_layer eagle3_one_model eagle3_layers_to_capture
@@ -295,6 +316,11 @@ class SpeculativeOptions:
     speculative_model: str | None
     max_matching_ngram_size: int | None = None
     num_nextn_predict_layers: int | None = None
+    # The drafter skips a step with more requests than this (None: every step drafts).
+    max_concurrency: int | None = None
+    # Drafting inside the target's own step (one-model EAGLE-3, the default, and MTP): there is
+    # no separate drafter to ask should_use_spec_decode, so max_concurrency switches nothing off.
+    one_model: bool = False
 
     @property
     def method(self) -> str:
@@ -384,8 +410,9 @@ def _cuda_graph_max_batch_size(value: Any, errors: list[FieldError]) -> int | No
     return size or 128
 
 
-def _speculative(value: Any, errors: list[FieldError]) -> SpeculativeOptions | None:
-    """One member of the discriminated union, with its own validators (llm_args.py)."""
+def _speculative(value: Any, errors: list[FieldError], version: str) -> SpeculativeOptions | None:
+    """One member of the discriminated union, with its own validators (llm_args.py), in the
+    emulated TensorRT-LLM ``version``."""
     loc = ("speculative_config",)
     if value is None:
         return None
@@ -421,7 +448,7 @@ def _speculative(value: Any, errors: list[FieldError]) -> SpeculativeOptions | N
         return None  # TRT-backend-only and not-emulated tags are refused after field validation
     member = loc + (str(tag),)
     found = len(errors)
-    errors += _extra_keys(value, _DECODING_BASE_FIELDS + _MEMBER_FIELDS[tag], member)
+    errors += _extra_keys(value, decoding_base_fields(version) + _MEMBER_FIELDS[tag], member)
     draft_len = value.get("max_draft_len")
     if draft_len is not None:
         draft_len = coerce_int(draft_len, member + ("max_draft_len",), errors, ge=0)
@@ -439,8 +466,14 @@ def _speculative(value: Any, errors: list[FieldError]) -> SpeculativeOptions | N
         layers = coerce_int(
             value.get("num_nextn_predict_layers", 1), member + ("num_nextn_predict_layers",), errors, gt=0
         )
-    if tag in ("Eagle", "Eagle3") and "eagle3_one_model" in value:
-        coerce_bool(value["eagle3_one_model"], member + ("eagle3_one_model",), errors)
+    concurrency = value.get("max_concurrency")
+    if concurrency is not None:  # DecodingBaseConfig: Annotated[int, Gt(gt=0)] | None
+        concurrency = coerce_int(concurrency, member + ("max_concurrency",), errors, gt=0)
+    one_model = tag == "MTP"
+    if tag in ("Eagle", "Eagle3"):
+        one_model = True  # EagleDecodingConfig.eagle3_one_model defaults to True
+        if "eagle3_one_model" in value:
+            one_model = coerce_bool(value["eagle3_one_model"], member + ("eagle3_one_model",), errors)
     if len(errors) > found:
         return None
 
@@ -479,6 +512,8 @@ def _speculative(value: Any, errors: list[FieldError]) -> SpeculativeOptions | N
         speculative_model=model,
         max_matching_ngram_size=ngram_size,
         num_nextn_predict_layers=layers,
+        max_concurrency=concurrency,
+        one_model=bool(one_model),
     )
 
 
@@ -504,7 +539,7 @@ def cli_llm_args(cli: ServeArgs) -> dict[str, Any]:
     }
 
 
-def resolve_llm_args(cli: ServeArgs, options: Any) -> LlmArgs:
+def resolve_llm_args(cli: ServeArgs, options: Any, version: str = DEFAULT_EMULATED_TRTLLM_VERSION) -> LlmArgs:
     """CLI + parsed YAML -> LlmArgs, failing the way TensorRT-LLM fails (LlmArgsError).
 
     ``options`` is what `yaml.safe_load` returned for the file (None for an empty file);
@@ -530,7 +565,7 @@ def resolve_llm_args(cli: ServeArgs, options: Any) -> LlmArgs:
     for key in _BOOL_FIELDS:
         typed[key] = coerce_bool(merged.get(key, _TORCH_DEFAULTS.get(key, False)), (key,), errors)
     graphs = _cuda_graph_max_batch_size(merged.get("cuda_graph_config", {}), errors)
-    speculative = _speculative(merged.get("speculative_config"), errors)
+    speculative = _speculative(merged.get("speculative_config"), errors, version)
     errors += _extra_keys(merged, TORCH_LLM_ARGS_FIELDS, ())
     if errors:
         raise LlmArgsError(validation_error_text("TorchLlmArgs", errors))
@@ -622,6 +657,9 @@ def engine_namespace(llm: LlmArgs, cli: ServeArgs) -> argparse.Namespace:
         max_num_batched_tokens=llm.max_num_tokens,
         speculative_config=vllm_speculative_config(llm.speculative),
         speculative_decoding_type=llm.speculative.requested_type if llm.speculative else None,
+        # Only a separate drafter asks max_concurrency (Drafter.should_use_spec_decode).
+        speculative_max_concurrency=(llm.speculative.max_concurrency
+                                     if llm.speculative and not llm.speculative.one_model else None),
         kv_cache_free_gpu_memory_fraction=llm.free_gpu_memory_fraction,
         kv_cache_dtype="fp8" if llm.kv_cache_dtype == "fp8" else "auto",
         enforce_eager=llm.cuda_graph_max_batch_size is None,

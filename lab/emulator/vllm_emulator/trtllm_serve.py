@@ -16,6 +16,7 @@ switches are the emulator's shared ones.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import os
 import signal
@@ -298,6 +299,13 @@ def step_observer(
     return observe
 
 
+def concurrency_lookup(max_concurrency: int, tokens: int, max_batch_size: int) -> tuple[int, ...]:
+    """The draft length by batch size (index = requests in the step, as the engine's
+    ``draft_lookup``): Drafter.should_use_spec_decode drafts for a step of at most
+    ``max_concurrency`` requests and none above (tensorrt_llm/_torch/speculative/drafter.py)."""
+    return tuple(tokens if size <= max_concurrency else 0 for size in range(max_batch_size + 1))
+
+
 def build_engine(st: TrtllmStartup) -> tuple[Engine, IterationStatsQueue | None]:
     """The executor: weights, KV cache by TensorRT-LLM's rule, CUDA graphs, autotuner."""
     args, log, gpu, target, spec = st.args, st.log, st.gpu, st.target, st.speculative
@@ -357,6 +365,9 @@ def build_engine(st: TrtllmStartup) -> tuple[Engine, IterationStatsQueue | None]
         log.trt_info("[Autotuner] Autotuning process ends")
 
     perf = build_engine_perf(gpu, target, spec, None, args.kv_cache_dtype, st.async_scheduling, args.enforce_eager)
+    if spec is not None and args.speculative_max_concurrency is not None:
+        lookup = concurrency_lookup(args.speculative_max_concurrency, spec.num_speculative_tokens, args.max_num_seqs)
+        perf = dataclasses.replace(perf, draft_lookup=lookup)
     # The shared engine keeps vLLM-named counters internally; this flavour never serves them.
     metrics = VllmMetrics(served_name(args.model), spec.num_speculative_tokens if spec else None, {})
     stats = IterationStatsQueue(plan, args.max_num_seqs, args.max_stats_len) if args.enable_iter_perf_stats else None
@@ -527,7 +538,7 @@ def prepare(cli: ServeArgs, env: Mapping[str, str]) -> tuple[argparse.Namespace,
     try:
         if faults.reject_speculative_config:
             reject_as_unknown_decoding_type(options)
-        llm = resolve_llm_args(cli, options)
+        llm = resolve_llm_args(cli, options, emulated_trtllm_version())
     except LlmArgsError as error:
         frames = LLM_ARGS_FRAMES if "TorchLlmArgs" in error.text else OPTIONS_FRAMES
         raise TrtllmFailure(exception_text=error.text, frames=frames) from error

@@ -30,6 +30,11 @@ def test_parse_faults() -> None:
     for bad in (0.5, True, "2"):
         with pytest.raises(ValueError, match="loaded_draft_slowdown must be a number >= 1"):
             parse_faults({"loaded_draft_slowdown": bad})
+    assert parse_faults({"piecewise_gap_us": 250}).piecewise_gap_us == 250.0
+    assert parse_faults({}).piecewise_gap_us is None  # the model's own gap
+    for bad in (-1, False, "2"):
+        with pytest.raises(ValueError, match="piecewise_gap_us must be a non-negative number"):
+            parse_faults({"piecewise_gap_us": bad})
     weak_chat = parse_faults({"draft_acceptance": {"chat": [0.16, 0.02, 0.01]}})
     assert weak_chat.acceptance_for("chat") == (0.16, 0.02, 0.01) and weak_chat.acceptance_for("code_edit") is None
     for bad, match in (([0.2], "must be an object"), ({"poetry": [0.1]}, "unknown workload 'poetry'"),

@@ -35,7 +35,7 @@ from vllm_emulator.trtllm_runtime import (
     iteration_stats,
     plan_trtllm_memory,
 )
-from vllm_emulator.trtllm_serve import resolve_model, served_name
+from vllm_emulator.trtllm_serve import concurrency_lookup, resolve_model, served_name
 from vllm_emulator.trtllm_yaml import YamlError, load_yaml
 
 from specfleet import plan_trtllm, serving
@@ -65,7 +65,7 @@ def repo_cache_snapshot(lab_root: Path, repo: str) -> Path:
 
 def toolkit_argv(kind: str = "speculative") -> list[str]:
     """What specfleet sends, without the program name."""
-    return serving.argv(plan_trtllm.serving(kind, "img", TARGET, POLICY, "dgx_spark", {}))[1:]
+    return serving.argv(plan_trtllm.serving(kind, "img", TARGET, POLICY, "dgx_spark", {}, 1))[1:]
 
 
 def toolkit_options(method: str | None, artifact: str | None, tokens: int = 3, eagle3_name: str = "Eagle3") -> dict:
@@ -367,6 +367,36 @@ def test_eagle3_and_draft_target_need_a_speculative_model(decoding_type: str, me
     assert text[2].startswith(f"  {message} [type=value_error, input_value={{'decoding_type': ")
 
 
+def test_max_concurrency_is_refused_before_1_3_and_turns_a_separate_drafter_off_above_it_after() -> None:
+    """Whether 1.2.0rc6 takes the drafter's switches is unconfirmed: the emulated 1.2.0rc6 (and
+    1.3.0rc1) refuse them as unknown keys, never kinder than the real one; 1.3.0rc27 documents
+    them, positive. Only a separate drafter asks it: one-model EAGLE-3 (the default) and MTP
+    draft in the target's step and keep drafting."""
+    spec = {"decoding_type": "NGram", "max_draft_len": 3, "max_concurrency": 1}
+    for older in ("1.2.0rc6", "1.3.0rc1"):
+        message = rejected_at({"speculative_config": spec}, older)
+        assert "speculative_config.NGram.max_concurrency\n  Extra inputs are not permitted" in message
+    newer = resolve_llm_args(cli(), {"speculative_config": spec}, "1.3.0rc27")
+    assert newer.speculative is not None and newer.speculative.max_concurrency == 1
+    assert engine_namespace(newer, cli()).speculative_max_concurrency == 1
+    eagle = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": EAGLE3, "max_concurrency": 1}
+    one_model = resolve_llm_args(cli(), {"speculative_config": eagle}, "1.3.0")
+    assert engine_namespace(one_model, cli()).speculative_max_concurrency is None
+    two_model = resolve_llm_args(cli(), {"speculative_config": {**eagle, "eagle3_one_model": False}}, "1.3.0")
+    assert engine_namespace(two_model, cli()).speculative_max_concurrency == 1
+    with pytest.raises(LlmArgsError, match="Input should be greater than 0"):
+        resolve_llm_args(cli(), {"speculative_config": {**spec, "max_concurrency": 0}}, "1.3.0rc27")
+    # Drafting at batch 1 only, up to the server's max_batch_size.
+    assert concurrency_lookup(1, 3, 8) == (3, 3, 0, 0, 0, 0, 0, 0, 0)
+    assert concurrency_lookup(4, 5, 4) == (5, 5, 5, 5, 5)
+
+
+def rejected_at(options: Any, version: str) -> str:
+    with pytest.raises(LlmArgsError) as raised:
+        resolve_llm_args(cli(), options, version)
+    return str(raised.value)
+
+
 @pytest.mark.parametrize(
     ("fraction", "line"),
     [
@@ -462,7 +492,7 @@ def test_toolkit_options_map_onto_the_engine(
 ) -> None:
     # The options file as the unit gets it: the serving's rendering, read by the engine's YAML reader.
     spec = plan_trtllm.serving(
-        "speculative", "img", TARGET, POLICY, "dgx_spark", toolkit_options(method, artifact, eagle3_name=eagle3_name)
+        "speculative", "img", TARGET, POLICY, "dgx_spark", toolkit_options(method, artifact, eagle3_name=eagle3_name), 1
     )
     (text,) = serving.files(spec).values()
     options = load_yaml(text)

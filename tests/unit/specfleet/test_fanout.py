@@ -580,3 +580,12 @@ def test_push_mode_installs_no_key_and_still_cleans_up():
     assert result["ok"] and result["fleet_key"]["refused"] == {} and result["fleet_key"]["may_remain"] == {}
     assert all(request == {} for command, _, request, _ in runner.calls if command == "prepare")
     assert sorted(name for command, name, _, _ in runner.calls if command == "cleanup") == UNITS[:3]
+
+
+def test_peers_record_a_unit_off_port_22_as_ssh_looks_it_up():
+    """ssh matches known_hosts entries of a unit on another port as ``[addr]:port``."""
+    from specfleet.fanout_run import Node
+
+    assert Node(name="u", host="10.0.0.5").known_hosts_name() == "10.0.0.5"
+    assert Node(name="u", host="10.0.0.5", port=2222, peer_port=2222).known_hosts_name() == "[10.0.0.5]:2222"
+    assert Node(name="u", host="127.0.0.1", peer="10.0.0.5", peer_port=2200).known_hosts_name() == "[10.0.0.5]:2200"

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from specfleet import cache, cli, render, serving
+from specfleet import cache, cli, plan_trtllm, render, serving
 from specfleet import plan as plan_module
 from specfleet import policy as policy_module
 from specfleet.catalog import load_catalog
@@ -101,6 +101,57 @@ def test_policy_overrides_reach_the_options(spark):
     assert (options["cuda_graph_config"]["max_batch_size"], options["kv_cache_config"]["free_gpu_memory_fraction"],
             options["speculative_config"]["max_draft_len"]) == (8, 0.8, 3)
     assert dict(serving.engine_flags(plan["serving"]))["--max_batch_size"] == "8"
+
+
+# A fleet's own entry for a TensorRT-LLM whose drafter takes max_concurrency (1.3.0 on).
+NEWER_TRTLLM = {
+    "name": "site-tensorrt-llm-1.3", "ref": "registry.site.internal/tensorrt-llm/release:1.3.0rc27",
+    "trtllm_version": "1.3.0rc27", "backend": "trtllm", "cuda": "13.0", "classes": ["dgx_spark"],
+    "l4t_min": None, "methods": ["eagle3", "draft_model", "ngram", "mtp"], "source": "a site's mirror",
+}
+
+
+def test_a_trtllm_that_stops_speculating_under_load_batches_and_drafts_at_batch_1_only(spark):
+    """TensorRT-LLM's separate drafter skips a step with more requests than max_concurrency:
+    the server batches like a Jetson's vLLM (8) and speculates for one request at a time, the
+    same edge as a vLLM unit's per-batch-size table; its baseline batches the same."""
+    newer = {"specfleet_images": [NEWER_TRTLLM], "specfleet_image": "site-tensorrt-llm-1.3"}
+    plan = plan_for(spark, "Qwen/Qwen3-8B", specfleet_spec_methods=["ngram"], **newer)
+    assert not plan["refused"], plan["reasons"]
+    options, baseline = plan["serving"]["engine_options"], plan["baseline_serving"]["engine_options"]
+    assert options["speculative_config"]["max_concurrency"] == 1
+    assert options["cuda_graph_config"] == baseline["cuda_graph_config"] == {"max_batch_size": 8}
+    assert dict(serving.engine_flags(plan["serving"]))["--max_batch_size"] == "8"
+    assert dict(serving.engine_flags(plan["baseline_serving"]))["--max_batch_size"] == "8"
+    assert "speculative_config" not in baseline
+    assert any(note.startswith("trtllm max_batch_size 8, speculating for at most 1 request(s) a step")
+               for note in plan["notes"]), plan["notes"]
+    # A batch size set by the fleet still batches that much, speculating at batch 1 alone.
+    four = plan_for(spark, "Qwen/Qwen3-8B", specfleet_spec_methods=["ngram"], specfleet_trtllm_max_batch_size=4,
+                    **newer)
+    assert four["serving"]["engine_options"]["cuda_graph_config"] == {"max_batch_size": 4}
+    assert four["serving"]["engine_options"]["speculative_config"]["max_concurrency"] == 1
+    # One-model EAGLE-3 drafts in the target's step, which the field is not known to switch off.
+    eagle = plan_for(spark, "openai/gpt-oss-120b", **newer)
+    assert "max_concurrency" not in eagle["serving"]["engine_options"]["speculative_config"]
+    assert eagle["serving"]["engine_options"]["cuda_graph_config"] == {"max_batch_size": 1}
+    assert any("eagle3 drafts in the target's own step" in note for note in eagle["notes"]), eagle["notes"]
+
+
+@pytest.mark.parametrize(("version", "known"), [
+    ("1.2.0rc6", False), ("1.3.0rc1", False), ("1.3.0rc27", True), ("1.3.0", True), ("1.4.0rc1", True),
+    (None, False), ("latest", False),
+])
+def test_max_concurrency_is_taken_from_the_oldest_release_checked(version, known):
+    assert plan_trtllm.stops_under_load(version) is known
+
+
+def test_the_playbook_image_keeps_a_batch_of_one_without_the_switch(spark):
+    """1.2.0rc6 is not known to take max_concurrency: one request at a time, saying why."""
+    plan = plan_for(spark, "Qwen/Qwen3-8B", specfleet_spec_methods=["ngram"])
+    assert "max_concurrency" not in plan["serving"]["engine_options"]["speculative_config"]
+    (note,) = [note for note in plan["notes"] if note.startswith("trtllm max_batch_size 1")]
+    assert "TensorRT-LLM 1.2.0rc6 is not known to take max_concurrency (from 1.3.0rc27)" in note
 
 
 @pytest.mark.parametrize(

@@ -509,6 +509,28 @@ def test_a_table_that_loses_too_reverts_and_one_that_does_not_start_reverts_as_m
                                                  "ValueError: num_speculative_tokens_per_batch_size ...)")
 
 
+def test_a_table_that_costs_more_than_the_margin_at_c1_against_plain_speculation_reverts():
+    """Within the margin at c=8, but its PIECEWISE graphs cost where speculation pays: 1.6x at
+    c=1 against plain speculation's 1.8x (-11%) is beyond the 3% margin, so it is not kept."""
+    state = gated(measured_baseline(started(plan=TABLE_PLAN), TABLE_PLAN), LOSES_UNDER_LOAD, TABLE_PLAN)
+    costly = bench("speculative", 1.6, c8_speed=1.005, chat_speed=1.1, acceptance=ACCEPTANCE)
+    state = gated(state, costly, TABLE_PLAN)
+    outcome = state["outcome"]
+    assert state["done"] and (outcome["decision"], state["serve"]) == ("reverted", state["baseline"])
+    assert outcome["batch_table"] == {"table": BANDS, "decision": "revert"}
+    (cost,) = [reason for reason in outcome["reasons"] if "against plain speculation" in reason]
+    assert cost.startswith("code_edit: throughput at c=1 against plain speculation -10.9% (")
+    assert cost.endswith("costs more than the 3.0% margin where speculation pays")
+    figure = outcome["figures"]["code_edit"]["variant_change_c1"]
+    assert figure["value"] == pytest.approx(1.6 / 1.8 - 1, abs=0.003)
+    assert figure["lower"] <= figure["value"] <= figure["upper"] < -0.03
+    # The same table at plain speculation's speed passes that check (and is kept: above).
+    kept = gated(gated(gated(measured_baseline(started(plan=TABLE_PLAN), TABLE_PLAN), LOSES_UNDER_LOAD,
+                             TABLE_PLAN), TABLED, TABLE_PLAN), TABLED, TABLE_PLAN)
+    (passed,) = [reason for reason in kept["outcome"]["reasons"] if "against plain speculation" in reason]
+    assert passed.endswith("no cost beyond the 3.0% margin shown")
+
+
 def test_no_table_without_one_planned_or_when_more_than_c8_fails():
     plain = gated(measured_baseline(started()), LOSES_UNDER_LOAD)
     assert plain["done"] and plain["outcome"]["decision"] == "reverted" and "batch_table" not in plain["outcome"]

@@ -143,8 +143,8 @@ def test_an_unreadable_version_1_serving_is_no_known_good():
 
 
 def test_the_trtllm_planner_builds_a_trtllm_serving():
-    policy = {"specfleet_port": 8123, "specfleet_trtllm_max_batch_size": 4, "specfleet_max_model_len": {"dgx_spark": 8}}
-    spec = plan_trtllm.serving("baseline", "img", "m", policy, "dgx_spark", {"x": 1})
+    policy = {"specfleet_port": 8123, "specfleet_max_model_len": {"dgx_spark": 8}}
+    spec = plan_trtllm.serving("baseline", "img", "m", policy, "dgx_spark", {"x": 1}, 4)
     flags = dict(serving.engine_flags(spec))
     assert flags["--port"] == "8123" and flags["--max_batch_size"] == "4"
 

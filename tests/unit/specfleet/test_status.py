@@ -713,8 +713,8 @@ def test_ansible_argv():
     argv = status.ansible_argv("inventory/lab", "thor", "sh -c true", 2.5, 100, "/venv/bin/ansible")
     assert argv == [
         "/venv/bin/ansible", "all", "-i", "inventory/lab", "--limit", "thor",
-        "-m", "ansible.builtin.raw", "-a", "sh -c true", "--become", "-T", "3", "--task-timeout", "5",
-        "--forks", "32",
+        "-m", "ansible.builtin.raw", "-a", "sh {% raw %}-c true{% endraw %}", "--become", "-T", "3",
+        "--task-timeout", "5", "--forks", "32",
     ]
     assert "--limit" not in status.ansible_argv("inv", None, "c", 10, 3)
     assert status.ansible_argv("inv", None, "c", 10, 3)[-2:] == ["--forks", "3"]
@@ -733,7 +733,7 @@ def test_ansible_takes_the_remote_command_as_it_is():
     # command must come back whole as the raw module's free-form argument.
     from ansible.parsing.splitter import parse_kv
 
-    command = status.remote_command("n0nce")
+    command = status.untemplated(status.remote_command("n0nce"))
     assert parse_kv(command, check_raw=True) == {"_raw_params": command}
     assert not command.startswith("{")  # ad hoc reads -a '{...}' as JSON
 

@@ -154,3 +154,45 @@ def test_host_names_that_would_leave_their_folder_are_refused(host):
     assert variables.host_name_problem(host).startswith("inventory_hostname: ")
     with pytest.raises(ValueError, match="not a usable unit name"):
         variables.unit_file(Path("/runs/x/units"), host, ".json")
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"ansible_host": "10.0.0.2", "ansible_port": 2222, "ansible_user": "nvidia"},
+    {"ansible_host": "fe80::1%eth0"}, {"ansible_host": "::1"}, {"ansible_user": "jdoe@corp.example.com"},
+    {"ansible_port": "22"},
+    {"ansible_ssh_private_key_file": "~/.ssh/fleet key"}, {"specfleet_fanout_address": "unit-7.lan"},
+])
+def test_connection_settings_ssh_takes_as_given(settings):
+    assert variables.connection_problems("thor-01", settings) == []
+
+
+@pytest.mark.parametrize(("settings", "says"), [
+    ({"ansible_host": "-oProxyCommand=x"}, "thor-01: ansible_host: '-oProxyCommand=x' is not a host name or address"),
+    ({"ansible_ssh_host": "a b"}, "thor-01: ansible_ssh_host: 'a b' is not a host name or address"),
+    ({"ansible_host": "[2001:db8::1]"}, "thor-01: ansible_host: '[2001:db8::1]' is not"),
+    ({"ansible_host": "a\nHost *"}, "thor-01: ansible_host: "),
+    ({"specfleet_fanout_address": ""}, "thor-01: specfleet_fanout_address: '' is not"),
+    ({"ansible_port": "abc"}, "thor-01: ansible_port: must be a port number 1..65535, got 'abc'"),
+    ({"ansible_port": 0}, "thor-01: ansible_port: must be a port number 1..65535, got 0"),
+    ({"specfleet_fanout_port": True}, "thor-01: specfleet_fanout_port: must be a port number"),
+    ({"ansible_user": "-l"}, "thor-01: ansible_user: '-l' is not a login name"),
+    ({"ansible_ssh_private_key_file": "k\nx"}, "thor-01: ansible_ssh_private_key_file: must be a file path on one"),
+])
+def test_connection_settings_ssh_would_misread_name_host_and_variable(settings, says):
+    (problem,) = variables.connection_problems("thor-01", settings)
+    assert problem.startswith(says), problem
+
+
+def test_a_templated_address_is_ansibles_to_resolve_where_ansible_connects():
+    templated = {"ansible_host": "{{ inventory_hostname }}.lan", "ansible_port": "{{ port }}"}
+    assert variables.connection_problems("thor-01", templated, templated_ok=True) == []
+    assert len(variables.connection_problems("thor-01", templated)) == 2
+    assert variables.connection_problems("-x", {})[0].startswith("inventory_hostname: '-x'")
+
+    from ansible.parsing.vault import EncryptedString  # a `!vault` value status does not decrypt
+
+    vaulted = EncryptedString(ciphertext="$ANSIBLE_VAULT;1.1;AES256\n00")
+    assert variables.connection_problems("thor-01", {"ansible_user": vaulted}, templated_ok=True) == []
+    assert variables.connection_problems("thor-01", {"ansible_user": vaulted})  # where it must be read
+    assert variables.port_of({"ansible_port": "2222"}, "ansible_port") == 2222
+    assert variables.port_of({}, "specfleet_fanout_port", default=2200) == 2200
