@@ -764,11 +764,16 @@ def render(run_dir: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
     return outputs, records
 
 
+# A run's records and reports are the owner's alone (0600 files, 0700 folders, whatever the
+# umask): they name every unit, its address and what it serves, on a controller others may share.
+RECORD_MODE = 0o600
+
+
 def write_report(run_dir: Path, into: Path | None = None) -> dict[str, Any]:
     """Write report.{json,csv,md,html} into the run folder (or into ``into``); returns paths and
     the summary."""
     outputs, records = render(run_dir)
     for name, text in outputs.items():
-        write_file((into or run_dir) / name, text)
+        write_file((into or run_dir) / name, text, mode=RECORD_MODE)
     return {"run_dir": str(run_dir), "files": sorted(outputs), "summary": summary(records),
             "summary_lines": summary_lines(records, run_dir.name)}

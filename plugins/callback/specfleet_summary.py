@@ -46,7 +46,15 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 
 try:
     from specfleet.console import RECORD_CAUSE_LIMIT, failure_class, failure_message
-    from specfleet.report import RUN_INFO, run_folder, run_info, unit_file, unrecorded_failure, write_report
+    from specfleet.report import (
+        RECORD_MODE,
+        RUN_INFO,
+        run_folder,
+        run_info,
+        unit_file,
+        unrecorded_failure,
+        write_report,
+    )
     from specfleet.variables import is_file_name
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
@@ -114,9 +122,9 @@ class CallbackModule(CallbackBase):
             record = unit_file(run_dir, host)
             if not record.exists():
                 failure = unrecorded_failure(host, run_dir.name, task, message, unreachable, failure_class)
-                write_file(record, json.dumps(failure, indent=1))
+                write_file(record, json.dumps(failure, indent=1), mode=RECORD_MODE)
         write_file(run_dir / RUN_INFO, json.dumps(run_info(self._playbook, self._inventory(), self._started,
-                                                           time.time()), indent=1))
+                                                           time.time()), indent=1), mode=RECORD_MODE)
         written = write_report(run_dir)
         self._display.banner("SPECFLEET FLEET SUMMARY")
         for line in written["summary_lines"]:

@@ -168,6 +168,11 @@ def test_report_written_once_with_every_unit(rolled_out):
     assert report["summary"]["units"] == len(hosts())
     assert "SPECFLEET FLEET SUMMARY" in rolled_out["result"].stdout
     assert (rolled_out["run_dir"] / "report.html").read_text().count("<svg") == 3
+    # The owner's alone: 0700 folders, 0600 records and reports (specfleet.report.RECORD_MODE).
+    run_dir = rolled_out["run_dir"]
+    assert {oct(path.stat().st_mode & 0o777) for path in (run_dir, run_dir / "units")} == {"0o700"}
+    files = [*run_dir.glob("units/*.json"), *run_dir.glob("report.*"), *run_dir.glob("run.json")]
+    assert len(files) > len(hosts()) and {oct(path.stat().st_mode & 0o777) for path in files} == {"0o600"}
 
 
 def test_rerun_restarts_no_container(rolled_out):

@@ -82,6 +82,8 @@ def test_html_is_self_contained_with_plots(tmp_path):
     assert not re.search(r"""(src|href)=["']https?://""", page), "the page must load offline"
     assert json.loads((tmp_path / "report.json").read_text())["summary"]["failed"] == 1
     assert written["files"] == ["report.csv", "report.html", "report.json", "report.md"]
+    # The owner's alone, whatever the umask (they name every unit and its address).
+    assert all((tmp_path / name).stat().st_mode & 0o777 == report.RECORD_MODE for name in written["files"])
 
 
 def unit_spec(kind: str, speculative_config: dict | None = None, env=None, secrets=()) -> dict:
