@@ -8,6 +8,7 @@ whichever file it came from.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -37,6 +38,14 @@ def version_key(version: str) -> tuple[int, ...]:
         if match.end() != len(piece):
             break
     return tuple(numbers)
+
+
+def release_key(version: str) -> tuple[tuple[int, ...], float]:
+    """A version to compare with its release candidate counted: ``"1.3.0rc27"`` ->
+    ((1, 3, 0), 27); a final release sorts after its candidates (version_key ignores them)."""
+    candidate = re.search(r"rc(\d+)", str(version))
+    return version_key(version), (int(candidate.group(1)) if candidate else math.inf)
+
 
 @dataclass(frozen=True)
 class Model:

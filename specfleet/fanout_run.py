@@ -100,15 +100,13 @@ def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None
         if found:
             problems += found
             continue
-        host = str(hv.get("ansible_host", hv.get("ansible_ssh_host", name)))
-        port = variables.port_of(hv, "ansible_port", "ansible_ssh_port")
+        host = str(variables.first_set(hv, variables.HOST_VARIABLES, name))
+        port = variables.port_of(hv, *variables.HOST_PORT_VARIABLES)
         nodes.append(Node(
-            name=name, host=host,
-            user=str(hv.get("ansible_user", hv.get("ansible_ssh_user", hv.get("ansible_remote_user", "root")))),
-            port=port,
-            key_file=hv.get("ansible_ssh_private_key_file", hv.get("ansible_private_key_file")),
+            name=name, host=host, user=str(variables.first_set(hv, variables.USER_VARIABLES, "root")),
+            port=port, key_file=variables.first_set(hv, variables.KEY_VARIABLES),
             ssh_args=shlex.split(str(hv.get("ansible_ssh_common_args", ""))),
-            peer=str(hv.get("specfleet_fanout_address", host)),
+            peer=str(variables.first_set(hv, ("specfleet_fanout_address",), host)),
             peer_port=variables.port_of(hv, "specfleet_fanout_port", default=port),
         ))
     if problems:

@@ -387,11 +387,14 @@ def _variant_check(workload: str, variant: Mapping[str, Any], plain: Mapping[str
         return ({"workload": workload, "check": "variant_c1", "verdict": FAIL,
                  "reason": f"{workload}: no throughput at c=1 of both the variant and the serving it varies"}, figure)
 
-    def log_half_width(found: Mapping[str, float]) -> float:
-        # A lower bound rounded to -100% (a side some 10,000 times slower) stays finite.
-        return (math.log1p(found["upper"]) - math.log1p(max(found["lower"], -0.9999))) / 2
+    def log_speed(change: float) -> float:
+        # A bound rounded to -100% (a side some 10,000 times slower) stays finite.
+        return math.log1p(max(change, -0.9999))
 
-    centre = math.log1p(max(mine["value"], -0.9999)) - math.log1p(max(theirs["value"], -0.9999))
+    def log_half_width(found: Mapping[str, float]) -> float:
+        return (log_speed(found["upper"]) - log_speed(found["lower"])) / 2
+
+    centre = log_speed(mine["value"]) - log_speed(theirs["value"])
     half = math.hypot(log_half_width(mine), log_half_width(theirs))
     figure = {"value": round(math.expm1(centre), 4), "lower": round(math.expm1(centre - half), 4),
               "upper": round(math.expm1(centre + half), 4)}

@@ -10,13 +10,12 @@ nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6) and the option keys from TensorRT-
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from specfleet import serving as serving_spec
-from specfleet.catalog import version_key
+from specfleet.batch_table import SPECULATE_UP_TO
+from specfleet.catalog import release_key, version_key
 
 # Seed 004 downloads the EAGLE-3 head / draft model with `hf download REPO --local-dir DIR`
 # and points speculative_model_dir at DIR: TensorRT-LLM reads it as a checkpoint directory,
@@ -59,18 +58,9 @@ NO_CUDA_GRAPH_CONFIG = ("draft_model",)
 MAX_CONCURRENCY_SINCE = "1.3.0rc27"
 # Only a separate drafter asks should_use_spec_decode: DraftTarget and NGram here. EAGLE-3 runs
 # one-model by default (eagle3_one_model) and MTP in the target's own step, where the field is
-# not known to switch anything off; those keep a batch of one.
+# not known to switch anything off; those keep a batch of one. Speculation stays on up to
+# batch_table.SPECULATE_UP_TO, the edge of a vLLM unit's per-batch-size table.
 SEPARATE_DRAFTER_METHODS = ("draft_model", "ngram")
-# Speculation up to the largest concurrency the bench measures it to pay at: its c=1, as the
-# vLLM table's (specfleet.batch_table.SPECULATE_UP_TO).
-SPECULATE_UP_TO = 1
-
-
-def release_key(version: str) -> tuple[tuple[int, ...], float]:
-    """A TensorRT-LLM version to compare, its release candidate counted: ``"1.3.0rc27"`` ->
-    ((1, 3, 0), 27); a final release sorts after its candidates."""
-    found = re.search(r"rc(\d+)", version)
-    return version_key(version), (int(found.group(1)) if found else math.inf)
 
 
 def stops_under_load(trtllm_version: str | None) -> bool:

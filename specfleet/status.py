@@ -388,11 +388,11 @@ def _inventory_variables(host: Any) -> dict[str, Any]:
         return {}
 
 
-def _address(name: str, variables: Mapping[str, Any]) -> str:
+def _address(name: str, host_vars: Mapping[str, Any]) -> str:
     """The address the inventory gives a host (ansible_host), else its name; the address is
     for people, Ansible connects by itself."""
-    for key in ("ansible_host", "ansible_ssh_host"):
-        value = variables.get(key)
+    for key in variables.HOST_VARIABLES:
+        value = host_vars.get(key)
         # A vaulted value is no str; a template is resolved only by Ansible.
         if isinstance(value, str) and value and "{{" not in value:
             return str(value)

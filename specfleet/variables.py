@@ -237,8 +237,11 @@ _ADDRESS = re.compile(r"^[A-Za-z0-9_:][A-Za-z0-9_.:%-]{0,252}$")
 # A login name as useradd takes it (Samba's trailing '$'), or a domain login (user@domain),
 # never starting with '-'.
 _LOGIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}\$?$")
-ADDRESS_VARIABLES = ("ansible_host", "ansible_ssh_host", "specfleet_fanout_address")
-PORT_VARIABLES = ("ansible_port", "ansible_ssh_port", "specfleet_fanout_port")
+# Ansible's names for where to connect, in its precedence, then the fan-out's for its peers.
+HOST_VARIABLES = ("ansible_host", "ansible_ssh_host")
+HOST_PORT_VARIABLES = ("ansible_port", "ansible_ssh_port")
+ADDRESS_VARIABLES = (*HOST_VARIABLES, "specfleet_fanout_address")
+PORT_VARIABLES = (*HOST_PORT_VARIABLES, "specfleet_fanout_port")
 USER_VARIABLES = ("ansible_user", "ansible_ssh_user", "ansible_remote_user")
 KEY_VARIABLES = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 
@@ -287,13 +290,15 @@ _CONNECTION_CHECKS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ..
 )
 
 
+def first_set(host_vars: Mapping[str, Any], names: Iterable[str], default: Any = None) -> Any:
+    """The value of the first of ``names`` (Ansible's aliases, in its precedence) a host sets,
+    else ``default``."""
+    return next((host_vars[name] for name in names if host_vars.get(name) is not None), default)
+
+
 def port_of(host_vars: Mapping[str, Any], *names: str, default: int = 22) -> int:
     """The first of ``names`` set (checked by connection_problems), else ``default``."""
-    for name in names:
-        value = host_vars.get(name)
-        if value is not None:
-            return int(value)
-    return default
+    return int(first_set(host_vars, names, default))
 
 
 def unit_file(folder: Path, host: str, suffix: str) -> Path:
