@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,44 @@ def image_entry_name(tarball: str) -> str:
     return stem
 
 
+ARCHIVE_MANIFEST = "manifest.json"  # what `docker load` reads first: each image's config and layers
+ARCHIVE_MANIFEST_LIMIT = 1 << 20
+
+
+def image_archive_problem(tarball: Path) -> str | None:
+    """Why ``tarball`` is not what `docker save` writes, else None: a plain tar archive whose
+    manifest.json lists, for each image, a config and layers that are members of the archive.
+    Each unit loads the parts with `docker load`; a file that is not such an archive would fail
+    there, on every unit, after the fan-out. Only the members' headers are read (tarfile seeks
+    past their data), so a 20 GB image costs its member count, not its size."""
+    try:
+        with tarball.open("rb") as head:
+            if head.read(2) == b"\x1f\x8b":
+                return "a gzip file: give `docker save -o FILE IMAGE`'s archive as it is, uncompressed"
+        with tarfile.open(tarball, "r:") as archive:
+            members = {member.name.removeprefix("./"): member for member in archive}
+            listing = members.get(ARCHIVE_MANIFEST)
+            if listing is None or not listing.isfile():
+                return f"a tar archive without {ARCHIVE_MANIFEST}: not the output of `docker save`"
+            if listing.size > ARCHIVE_MANIFEST_LIMIT:
+                return f"its {ARCHIVE_MANIFEST} is {listing.size} bytes, more than `docker save` writes"
+            reader = archive.extractfile(listing)
+            images = json.loads(reader.read()) if reader else None
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        return f"not a tar archive ({exc})"
+    except (ValueError, RecursionError):  # JSON, or text that is not UTF-8
+        return f"its {ARCHIVE_MANIFEST} is not JSON"
+    if not isinstance(images, list) or not images or not all(
+            isinstance(image, dict) and isinstance(image.get("Config"), str)
+            and isinstance(image.get("Layers"), list) and all(isinstance(layer, str) for layer in image["Layers"])
+            for image in images):
+        return f"its {ARCHIVE_MANIFEST} is not a list of images, each with Config and Layers"
+    absent = sorted({name for image in images for name in (image["Config"], *image["Layers"])} - set(members))
+    if absent:
+        return f"its {ARCHIVE_MANIFEST} names {len(absent)} file(s) the archive lacks, as {absent[0]!r}"
+    return None
+
+
 def image_parts(size: int, part_bytes: int) -> list[tuple[str, int, int]]:
     """(file name, offset, length) of each part a tarball of ``size`` bytes is cut into. The
     names sort in the parts' order (zero-padded to one width), as a shell glob lists them."""
@@ -165,6 +204,9 @@ def store_image(tarball: Path, store: Path, part_bytes: int) -> dict[str, Any]:
     entry with its manifest, or an entry without one, which the next run cuts again. One cut
     per entry at a time (a lock beside it); a killed cut's staging is removed by the next."""
     name = image_entry_name(str(tarball))
+    problem = image_archive_problem(tarball)
+    if problem:
+        raise ValueError(f"{tarball}: {problem}")
     stat = tarball.stat()
     source = {"tarball": tarball.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "part_bytes": part_bytes}
     marker = store / IMAGE_SOURCES / f"{name}.json"

@@ -115,6 +115,10 @@ def _gather_inputs(args: argparse.Namespace) -> tuple[dict, dict, dict[str, list
             raise InputError(f"-i {args.inventory}: {exc}") from exc
         if not host_variables:
             raise InputError(f"-i {args.inventory}: no hosts")
+        listed_twice = variables.same_unit_problems({host: variables.destination_of(host, host_vars)
+                                                     for host, host_vars in host_variables.items()})
+        if listed_twice:
+            raise InputError(f"-i {args.inventory}: " + "; ".join(listed_twice))
         missing = []
         known = variables.known_names(policy_module.variable_names())
         for host, host_vars in host_variables.items():
@@ -211,15 +215,28 @@ def cmd_cache_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_id_problem(option: str, run: str) -> str | None:
+    """A run id is a folder's name under the runs folder, never a path: ``--write`` writes into
+    the folder it names."""
+    if variables.is_file_name(run):
+        return None
+    return (f"specfleet report: {option} {variables.shown(run)}: not a run id (a folder name under --runs-dir: "
+            "letters, digits, '.', '_' or '-'); for runs elsewhere give --runs-dir")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     runs_dir = Path(args.runs_dir) if args.runs_dir else report_module.runs_root()
+    named = [("--compare", run) for run in args.compare or []] + ([("--run", args.run)] if args.run else [])
+    problems = [problem for option, run in named if (problem := run_id_problem(option, run))]
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.compare:
         if args.out or args.write or args.format != "md":
             print("specfleet report --compare: prints Markdown to stdout; --format, --out and --write do not apply",
                   file=sys.stderr)
             return EXIT_BAD_INPUT
-        # A run id under --runs-dir, or the path of a run folder.
-        dirs = [Path(run) if (Path(run) / "units").is_dir() else runs_dir / run for run in args.compare]
+        dirs = [runs_dir / run for run in args.compare]
         missing = [run for run, path in zip(args.compare, dirs, strict=True) if not (path / "units").is_dir()]
         if missing:
             print(f"specfleet report --compare: no run named {', '.join(missing)} in {runs_dir}", file=sys.stderr)

@@ -415,6 +415,8 @@ def inventory_hosts(inventory_path: str, limit: str | None = None) -> dict[str, 
     found = {host.name: _inventory_variables(host) for host in hosts}
     problems = [problem for name, host_vars in found.items()
                 for problem in variables.connection_problems(name, host_vars, templated_ok=True)]
+    problems += variables.same_unit_problems({name: variables.destination_of(name, host_vars)
+                                              for name, host_vars in found.items()})
     if problems:
         raise ValueError("; ".join(problems))
     return {name: _address(name, host_vars) for name, host_vars in found.items()}

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import urllib.error
@@ -44,6 +45,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files impor
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import sha256_file
 
 from specfleet import cache
+from specfleet.variables import shown
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -109,10 +111,10 @@ def default_tiktoken_dir() -> str:
 # ---------------------------------------------------------------- the store's directories
 
 
-def prepare_dirs(dirs: Sequence[Path]) -> None:
+def prepare_dirs(dirs: Sequence[Path]) -> list[Path]:
     """Create ``dirs`` and prove each takes a new file, before anything is downloaded: a
     store that cannot be written fails here, with nothing written. Directories this call
-    created are removed again when a later one fails."""
+    created are removed again when a later one fails; else they are returned, outermost first."""
     created: list[Path] = []
     for directory in dirs:
         try:
@@ -124,13 +126,19 @@ def prepare_dirs(dirs: Sequence[Path]) -> None:
             with tempfile.TemporaryFile(dir=directory):
                 pass
         except OSError as exc:
-            for path in reversed(created):
-                try:
-                    path.rmdir()
-                except OSError:
-                    pass  # never made, or not ours to remove
+            remove_empty(created)
             reason = exc.strerror or exc
             raise StoreError(f"{directory}: cannot write here ({reason}); nothing was written", EXIT_BAD_INPUT) from exc
+    return created
+
+
+def remove_empty(created: Sequence[Path]) -> None:
+    """Remove the directories of ``created`` (outermost first) that are empty, innermost first."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            pass  # holds something now, or gone already
 
 
 # ---------------------------------------------------------------- Hugging Face repos
@@ -258,6 +266,26 @@ def download(repo_id: str, revision: str | None, store: Path) -> str:
     return commit
 
 
+# A Hub revision: a 40-hex commit, a pull request's ref, or a branch or tag name as git's
+# check-ref-format allows one. huggingface_hub writes a revision it resolves to refs/<revision>
+# below the store, so one with '..' or a leading '/' would be written outside it.
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_PR_REF = re.compile(r"^refs/pr/[1-9][0-9]*$")
+_REF_NAME_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why ``revision`` is not a branch, a tag, a commit or a pull request ref, else None."""
+    if _COMMIT.match(revision) or _PR_REF.match(revision):
+        return None
+    if (not revision or len(revision) > 255 or _REF_NAME_FORBIDDEN.search(revision) or revision == "@"
+            or revision.startswith(("-", "/")) or revision.endswith(("/", ".", ".lock"))
+            or any(part.startswith(".") for part in revision.split("/"))):
+        return (f"--revision {shown(revision)}: not a branch, tag or commit (a 40-hex commit, refs/pr/N, or a "
+                "name without '..', blanks, '~^:?*[\\', a leading '-' or '/', or a part starting with '.')")
+    return None
+
+
 def add_repo(repo_id: str, store: Path, revision: str | None) -> dict[str, Any]:
     """Download ``repo_id`` into ``store`` and write its manifest; a summary of what the
     store now holds for it."""
@@ -270,11 +298,15 @@ def add_repo(repo_id: str, store: Path, revision: str | None) -> dict[str, Any]:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         raise StoreError(f"{repo_id!r}: not a Hugging Face repo id (org/name): {exc}", EXIT_BAD_INPUT) from exc
+    if revision is not None and (problem := revision_problem(revision)):
+        raise StoreError(problem, EXIT_BAD_INPUT)
     if constants.HF_HUB_OFFLINE:
         raise StoreError("HF_HUB_OFFLINE is set: `store add` downloads; unset it", EXIT_BAD_INPUT)
-    prepare_dirs([store / HUB_SUBDIR, store / cache.MANIFESTS])
+    created = prepare_dirs([store / HUB_SUBDIR, store / cache.MANIFESTS])
     name = cache.hf_repo_dir(repo_id)
     entry = store / HUB_SUBDIR / name
+    locks = store / HUB_SUBDIR / ".locks"
+    created += [path for path in (entry, locks, locks / name) if not path.exists()]
     manifest_file = cache.manifest_path(store, name)
     # The download may change the entry: until it has finished, no manifest may claim the
     # entry is complete (a role would copy a half-updated tree as verified). The old manifest
@@ -290,6 +322,7 @@ def add_repo(repo_id: str, store: Path, revision: str | None) -> dict[str, Any]:
     except BaseException:  # Ctrl-C too
         if held.exists() and entry_listing(entry) == before:
             held.replace(manifest_file)
+        remove_unfetched(created, entry)
         raise
     finally:
         held.unlink(missing_ok=True)
@@ -301,6 +334,19 @@ def add_repo(repo_id: str, store: Path, revision: str | None) -> dict[str, Any]:
         "repo": repo_id, "name": name, "revision": commit, "id": manifest["id"], "files": len(manifest["files"]),
         "bytes": sum(f["size"] for f in manifest["files"].values()), "manifest": str(manifest_file),
     }
+
+
+def remove_unfetched(created: Sequence[Path], entry: Path) -> None:
+    """After a failed download, what this command made that holds no byte of the repo: a new
+    entry without blobs (the Hub refused, no such repo or revision), huggingface_hub's lock
+    files for it, and the store's empty directories. A download that failed midway keeps its
+    blobs, complete or partial: the next run resumes from them."""
+    if entry in created and not any((entry / "blobs").iterdir() if (entry / "blobs").is_dir() else ()):
+        shutil.rmtree(entry, ignore_errors=True)
+    locks = entry.parent / ".locks" / entry.name
+    if locks in created:
+        shutil.rmtree(locks, ignore_errors=True)  # lock files only, of this repo
+    remove_empty(created)
 
 
 def run_command(command: str, args: argparse.Namespace, work: Callable[[], Any], text: Callable[[Any], str]) -> int:

@@ -92,18 +92,24 @@ def closest(name: str, candidates: Iterable[str]) -> str:
 
 
 def unknown_problems(names: Iterable[str], known: set[str]) -> list[str]:
-    """One problem per ``specfleet_*`` name that is not known, with the closest known name."""
+    """One problem per ``specfleet_*`` name, in any case, that is not known, with the closest
+    known name. Variable names are case-sensitive, so ``-e SPECFLEET_SPEC_TOKENS=2`` would be
+    ignored without a word; it is refused like a misspelling."""
     lab = schema()["lab_prefix"]
     removed = schema().get("removed") or {}
     problems = []
     for name in sorted(set(names)):
-        if not name.startswith(PREFIX) or name == lab or name.startswith(f"{lab}_") or name in known:
+        folded = name.lower()
+        if not folded.startswith(PREFIX) or folded == lab or folded.startswith(f"{lab}_") or name in known:
             continue
         if name in removed:
             problems.append(f"{name}: {removed[name]}")
             continue
-        hint = closest(name, known - set(schema()["internal"])) or (
-            "; see specfleet/data/policy.yml and the roles' defaults")
+        public = known - set(schema()["internal"])
+        if folded in public:
+            problems.append(f"{name}: variable names are case-sensitive; did you mean {folded}?")
+            continue
+        hint = closest(folded, public) or "; see specfleet/data/policy.yml and the roles' defaults"
         problems.append(f"{name}: not a specfleet variable{hint}")
     return problems
 
@@ -299,6 +305,35 @@ def first_set(host_vars: Mapping[str, Any], names: Iterable[str], default: Any =
 def port_of(host_vars: Mapping[str, Any], *names: str, default: int = 22) -> int:
     """The first of ``names`` set (checked by connection_problems), else ``default``."""
     return int(first_set(host_vars, names, default))
+
+
+def destination_of(host: str, host_vars: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The (address, port) ssh reaches ``host`` at, the address folded to lower case; None where
+    a value is Ansible's to resolve (a template or a vaulted value) or no port, and for a host Ansible runs
+    on the controller itself (``ansible_connection: local``)."""
+    if host_vars.get("ansible_connection") == "local":
+        return None
+    address = first_set(host_vars, HOST_VARIABLES, host)
+    port = first_set(host_vars, HOST_PORT_VARIABLES, 22)
+    if not all(isinstance(value, str | int) and "{{" not in str(value) for value in (address, port)):
+        return None
+    if not _port_fits(port):
+        return None  # connection_problems names it
+    return str(address).lower(), int(port)
+
+
+def same_unit_problems(destinations: Mapping[str, tuple[str, int] | None], involving: str | None = None
+                       ) -> list[str]:
+    """One problem per unit that two or more inventory hosts reach (the same address and port),
+    only the one ``involving`` that host if given: a unit listed twice would be prepared,
+    restarted and measured by two hosts at once, each reverting the other's serving."""
+    hosts_by_unit: dict[tuple[str, int], list[str]] = {}
+    for host, destination in sorted(destinations.items()):
+        if destination is not None:
+            hosts_by_unit.setdefault(destination, []).append(host)
+    return [f"hosts {', '.join(map(shown, hosts))}: the same unit ({address} port {port}) listed twice; "
+            "keep one host per unit" for (address, port), hosts in hosts_by_unit.items()
+            if len(hosts) > 1 and (involving is None or involving in hosts)]
 
 
 def unit_file(folder: Path, host: str, suffix: str) -> Path:

@@ -49,6 +49,7 @@ class ActionModule(ActionBase):
             problems += expected_problems or policy_module.class_conflicts(merged, expected.get("device_class"))
         problems += self._role_variable_problems(task_vars)
         problems += self._name_problems(host, task_vars)
+        problems += self._same_unit_problems(host, task_vars)
         if problems:
             result["failed"] = True
             result["problems"] = problems
@@ -66,6 +67,20 @@ class ActionModule(ActionBase):
         known = variables.known_names(policy_module.variable_names(), COLLECTION_ROOT / "roles")
         problems += variables.unknown_problems(task_vars, known)
         return problems + variables.public_problems(self._templated(set(variables.public()), task_vars))
+
+    def _same_unit_problems(self, host: str, task_vars: dict) -> list[str]:
+        """The play's other hosts that reach this host's unit (a unit listed twice)."""
+        hostvars = task_vars.get("hostvars") or {}
+        wanted = (*variables.HOST_VARIABLES, *variables.HOST_PORT_VARIABLES, "ansible_connection")
+        destinations = {}
+        for name in task_vars.get("ansible_play_hosts_all") or [host]:
+            source = task_vars if name == host else hostvars.get(name) or {}
+            try:
+                settings = {var: self._templar.template(source[var]) for var in wanted if var in source}
+            except AnsibleUndefinedVariable:
+                settings = None  # over facts not gathered yet: Ansible's to resolve when it connects
+            destinations[name] = variables.destination_of(name, settings) if settings is not None else None
+        return variables.same_unit_problems(destinations, involving=host)
 
     def _role_variable_problems(self, task_vars: dict) -> list[str]:
         # The roles are this collection's own (playbooks name them by FQCN), beside its plugins.

@@ -67,6 +67,7 @@ from specfleet_lab.config import LabConfig  # noqa: E402
 
 from specfleet import cache  # noqa: E402
 from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory  # noqa: E402
+from tests.stores import write_image_archive  # noqa: E402
 
 SIZES = [int(x) for x in os.environ.get("SPECFLEET_BENCH_SIZES", "16").split(",")]
 # What this 2-core host carries with the links, not its CPU, setting the rate (16 x 20 Mbit/s).
@@ -159,13 +160,10 @@ def wipe(nodes: list[Node]) -> None:
 
 
 def make_image_store(base: Path) -> tuple[Path, dict]:
-    """A `docker save`-sized stand-in (S random bytes in one tarball), cut into the image store
-    as the image role does before a fan-out."""
+    """A `docker save`-sized stand-in (an archive of that shape, its one layer S random bytes),
+    cut into the image store as the image role does before a fan-out."""
     base.mkdir(parents=True)
-    tarball = base / "bench-image.tar"
-    with tarball.open("wb") as out:
-        for _ in range(int(STORE_MB)):
-            out.write(os.urandom(2**20))
+    tarball = write_image_archive(base / "bench-image.tar", int(STORE_MB) << 20)
     store = base / "image-store"
     cache.store_image(tarball, store, 2**20)
     return store, json.loads((store / cache.MANIFESTS / "bench-image.json").read_text())

@@ -186,6 +186,10 @@ CASES = [
          "specfleet_hf_cache_stor", "did you mean specfleet_hf_cache_store?"),
     Case("name-misspelt-secret", {"specfleet_api_keys": "k"},
          "specfleet_api_keys", "did you mean specfleet_api_key?", host=None),
+    Case("name-case-upper", {"SPECFLEET_SPEC_TOKENS": {"thor": 2}},
+         "SPECFLEET_SPEC_TOKENS", "variable names are case-sensitive; did you mean specfleet_spec_tokens?"),
+    Case("name-case-misspelt", {"Specfleet_Spec_Token": {"thor": 2}},
+         "Specfleet_Spec_Token", "not a specfleet variable; did you mean specfleet_spec_tokens?", host=None),
     Case("name-unknown", {"specfleet_frobnicate": True},
          "specfleet_frobnicate", "not a specfleet variable; see specfleet/data/policy.yml"),
     # Extra serve arguments: every spelling vLLM reads is one flag to the guard
@@ -271,12 +275,17 @@ CASES = [
 # fmt: on
 
 
+UNIT_ADDRESSES = ("127.0.0.1", "127.0.0.2")
+
+
 def write_inventory(directory: Path, case: Case) -> Path:
-    """Two units behind a closed port: contacting one would print UNREACHABLE."""
+    """Two units behind a closed port: contacting one would print UNREACHABLE. Two loopback
+    addresses: one address and port for both would be one unit listed twice."""
     hosts: dict[str, dict[str, Any]] = {
-        host: {"specfleet_expected_facts": dict(facts)} for host, facts in EXPECTED.items()
+        host: {"ansible_host": address, "specfleet_expected_facts": dict(facts)}
+        for (host, facts), address in zip(EXPECTED.items(), UNIT_ADDRESSES, strict=True)
     }
-    group_vars: dict[str, Any] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
+    group_vars: dict[str, Any] = {"ansible_connection": "ssh", "ansible_port": 1}
     if case.host is None:
         group_vars.update(case.variables)
     else:
@@ -361,6 +370,7 @@ def test_every_category_of_issues_7_and_19_has_cases():
     assert len(ids) == len(CASES) >= 80
     for prefix in (
         "name-misspelt-",
+        "name-case-",
         "extra-args-underscore-",
         "extra-args-api-key",
         "env-secret-name",
@@ -380,6 +390,60 @@ def test_every_category_of_issues_7_and_19_has_cases():
         "method-only-allowed-is-denied",
     ):
         assert any(case_id.startswith(prefix) for case_id in ids), prefix
+
+
+@pytest.mark.parametrize("extra", ["SPECFLEET_SPEC_TOKENS={'thor': 2}", "specfleet_spec_token={'thor': 2}"])
+def test_an_extra_variable_in_another_case_or_misspelt_is_refused_before_any_unit(extra: str, tmp_path: Path):
+    """-e values reach every host: the preflight reads them as it reads the inventory's."""
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    result = run([str(binary), "-i", str(inventory), "-e", extra, "playbooks/site.yml"], tmp_path / "runs")
+    out = result.stdout + result.stderr
+    name = extra.split("=", 1)[0]
+    assert result.returncode != 0, out
+    for host in (THOR, NANO):
+        assert re.search(rf"- {host}: {name}: .*did you mean specfleet_spec_tokens\?", out), out
+    assert set(re.findall(r"^TASK \[(.+?)\]", out, re.MULTILINE)) == CONTROLLER_TASKS, out
+    assert "UNREACHABLE" not in out and "Traceback" not in out, out
+
+
+def listed_twice(directory: Path, second: dict[str, Any]) -> Path:
+    """THOR, and NANO with ``second``'s connection settings over a copy of THOR's."""
+    inventory = write_inventory(directory, Case("valid", {}, "", ""))
+    content = yaml.safe_load(inventory.read_text())
+    hosts = content["all"]["hosts"]
+    hosts[NANO].update({"ansible_host": hosts[THOR]["ansible_host"], **second})
+    inventory.write_text(yaml.safe_dump(content, sort_keys=False))
+    return inventory
+
+
+@pytest.mark.parametrize("second", [{}, {"ansible_host": "127.0.0.1", "ansible_ssh_port": 1}, {"ansible_port": "1"}],
+                         ids=["same-address", "aliases", "port-as-text"])
+def test_one_unit_listed_twice_is_refused_before_any_unit(second: dict[str, Any], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture):
+    inventory = listed_twice(tmp_path, second)
+    code, out = ansible_playbook(inventory, "site.yml", tmp_path / "runs")
+    assert code != 0, out
+    for host in (THOR, NANO):
+        assert re.search(rf"- {host}: hosts '{NANO}', '{THOR}': the same unit \(127.0.0.1 port 1\) listed twice",
+                         out), out
+    assert set(re.findall(r"^TASK \[(.+?)\]", out, re.MULTILINE)) == CONTROLLER_TASKS, out
+    assert "UNREACHABLE" not in out and "Traceback" not in out, out
+    assert cli.main(["plan", "-i", str(inventory)]) == cli.EXIT_BAD_INPUT
+    assert "the same unit (127.0.0.1 port 1) listed twice" in capsys.readouterr().err
+    for command in CONNECTING_COMMANDS:
+        result = run([sys.executable, "-m", "specfleet.cli", command, "-i", str(inventory),
+                      *CONNECTING_ARGS[command](tmp_path)], tmp_path)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "the same unit (127.0.0.1 port 1) listed twice" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_host_written_twice_in_one_yaml_map_is_refused(tmp_path: Path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  hosts:\n    {THOR}:\n      ansible_host: 127.0.0.1\n"
+                         f"    {THOR}:\n      ansible_host: 127.0.0.2\n")
+    code, out = ansible_playbook(inventory, "plan.yml", tmp_path / "runs")
+    assert code != 0 and "Found duplicate mapping key" in out and "UNREACHABLE" not in out, out
 
 
 # ---- issue 19: inputs that are not a variable of a unit -------------------------------------
@@ -528,6 +592,16 @@ def test_a_data_file_edited_badly_is_an_error_naming_file_entry_and_field(
 # Connection settings ssh would read as options: every command that connects (or hands the
 # inventory to Ansible) refuses them before it runs ssh, naming the host and the variable.
 CONNECTING_COMMANDS = ("distribute", "hostkeys", "status")
+
+
+def distribute_args(directory: Path) -> list[str]:
+    store = directory / "store"
+    (store / "manifests").mkdir(parents=True, exist_ok=True)
+    (store / "manifests" / "entry.json").write_text(json.dumps({"name": "entry", "files": {}}))
+    return ["--store", str(store), "--name", "entry"]
+
+
+CONNECTING_ARGS = {"distribute": distribute_args, "hostkeys": lambda _: [], "status": lambda _: ["--timeout", "2"]}
 HOSTILE = {
     "host-name": ("-oProxyCommand=touch {marker}", {}, "inventory_hostname"),
     "ansible-host": (THOR, {"ansible_host": "-oProxyCommand=touch {marker}"}, "ansible_host"),
@@ -551,13 +625,10 @@ def test_connection_settings_ssh_would_read_as_options_are_refused_before_ssh_ru
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
         name: {"ansible_host": "127.0.0.1", "ansible_port": 1, **settings},
-        NANO: {"ansible_host": "127.0.0.1", "ansible_port": 1},
+        NANO: {"ansible_host": UNIT_ADDRESSES[1], "ansible_port": 1},
     }}}))
-    store = tmp_path / "store"
-    (store / "manifests").mkdir(parents=True)
-    (store / "manifests" / "entry.json").write_text(json.dumps({"name": "entry", "files": {}}))
-    extra = {"distribute": ["--store", str(store), "--name", "entry"], "hostkeys": [], "status": ["--timeout", "2"]}
-    result = run([sys.executable, "-m", "specfleet.cli", command, "-i", str(inventory), *extra[command]], tmp_path)
+    result = run([sys.executable, "-m", "specfleet.cli", command, "-i", str(inventory),
+                  *CONNECTING_ARGS[command](tmp_path)], tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     complaint = result.stderr.strip().splitlines()[-1]
     assert variable in complaint and "Traceback" not in result.stderr, result.stderr

@@ -210,8 +210,27 @@ def test_unknown_repo_fails_clearly(hub, tmp_path):
     assert result.returncode == 1
     line = one_line_error(result)
     assert UNKNOWN in line and "no such model repo" in line
-    assert not (store / "hub" / "models--acme--no-such-model").exists()
-    assert not list((store / "manifests").iterdir())
+    assert not store.exists()  # the command made it, and nothing is in it: nothing is left behind
+
+
+@pytest.mark.parametrize("revision", ["../../../outside", "/etc/x", "-x", "a b", "main..v2", ".hidden", "x.lock"])
+def test_a_revision_that_is_no_ref_name_is_refused_before_the_hub_is_asked(hub, tmp_path, revision):
+    state, endpoint = hub
+    store = tmp_path / "store"
+    result = run(["add", PUBLIC, "--store", str(store), f"--revision={revision}"], endpoint, tmp_path, tmp_path)
+    assert result.returncode == 2
+    assert "not a branch, tag or commit" in one_line_error(result) and "Traceback" not in result.stderr
+    assert state.requests == [] and not store.exists() and not (tmp_path / "outside").exists()
+
+
+def test_a_failed_add_into_a_store_in_use_leaves_only_what_was_there(hub, tmp_path):
+    state, endpoint = hub
+    store = tmp_path / "store"
+    assert run(["add", PUBLIC, "--store", str(store)], endpoint, tmp_path, tmp_path).returncode == 0
+    before = sorted(str(path.relative_to(store)) for path in store.rglob("*"))
+    failed = run(["add", UNKNOWN, "--store", str(store)], endpoint, tmp_path, tmp_path)
+    assert failed.returncode == 1
+    assert sorted(str(path.relative_to(store)) for path in store.rglob("*")) == before
 
 
 def test_a_store_that_cannot_be_written_fails_before_any_download(hub, tmp_path):

@@ -104,8 +104,10 @@ def test_specfleet_report_compare_and_the_reports_section_since_the_previous_run
     assert "Changes from run" not in report.render(runs / "20261125T200000Z")[0]["report.md"]
     assert cli.main(["report", "--runs-dir", str(runs), "--compare", "20261125T200000Z", "nope"]) == 2
     assert "no run named nope" in capsys.readouterr().err
-    # A run folder's path does as well as its id; the comparison prints Markdown only.
+    # A run is named by its id under --runs-dir, never by a path; the comparison prints Markdown only.
     code = cli.main(["report", "--compare", str(runs / "20261125T200000Z"), str(runs / "20261126T200000Z")])
+    assert code == 2 and "not a run id" in capsys.readouterr().err
+    code = cli.main(["report", "--runs-dir", str(runs), "--compare", "20261125T200000Z", "20261126T200000Z"])
     assert code == 0 and "- **thor-01**" in capsys.readouterr().out
     assert cli.main(["report", "--runs-dir", str(runs), "--compare", "20261125T200000Z", "20261126T200000Z",
                      "--format", "json"]) == 2

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
+import tarfile
 
 import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest import verify_tree
 
 from specfleet import cache
+from tests.stores import write_image_archive
 
 
 def test_parts_cover_the_tarball_in_order_and_their_names_sort_so():
@@ -38,21 +42,22 @@ def listed(images) -> list[str]:
     return sorted(path.name for path in images.iterdir() if not path.name.endswith(".lock"))
 
 
-def rewrite(tarball, data: bytes) -> None:
-    """New content under the same name, with a later mtime however coarse the clock."""
+def rewrite(tarball, layer_bytes: int) -> None:
+    """Another image under the same name, with a later mtime however coarse the clock."""
     before = tarball.stat().st_mtime_ns
-    tarball.write_bytes(data)
+    write_image_archive(tarball, layer_bytes)
     os.utime(tarball, ns=(before + 10**9, before + 10**9))
 
 
 def test_a_tarball_becomes_a_verified_entry_once_and_again_when_it_changes(tmp_path):
-    tarball = tmp_path / "vllm_26.10.tar"
-    tarball.write_bytes(os.urandom(10_000))
+    tarball = write_image_archive(tmp_path / "vllm_26.10.tar", 10_000)
+    size = tarball.stat().st_size
     store = tmp_path / "store"
     first = cache.store_image(tarball, store, 3_000)
     entry = store / "images" / "vllm_26.10"
     manifest = json.loads((store / "manifests" / "vllm_26.10.json").read_text())
-    assert first == {"name": "vllm_26.10", "id": manifest["id"], "parts": 4, "bytes": 10_000, "changed": True}
+    assert first == {"name": "vllm_26.10", "id": manifest["id"], "parts": -(-size // 3_000), "bytes": size,
+                     "changed": True}
     assert concatenated(entry) == tarball.read_bytes()
     assert verify_tree(str(entry), manifest, full=True) == []
     assert entry.stat().st_mode & 0o777 == 0o755
@@ -67,19 +72,19 @@ def test_a_tarball_becomes_a_verified_entry_once_and_again_when_it_changes(tmp_p
     assert concatenated(entry) == tarball.read_bytes()
 
     # A new tarball under the same name: a new entry replaces the old one whole.
-    rewrite(tarball, os.urandom(7_000))
+    rewrite(tarball, 30_000)
     second = cache.store_image(tarball, store, 3_000)
-    assert second["changed"] and second["parts"] == 3 and second["id"] != first["id"]
+    assert second["changed"] and second["parts"] == -(-tarball.stat().st_size // 3_000) > first["parts"]
+    assert second["id"] != first["id"]
     assert concatenated(entry) == tarball.read_bytes()
     assert listed(store / "images") == ["vllm_26.10"]
 
 
 def test_a_cut_that_fails_leaves_no_manifest_so_no_unit_takes_a_partial_entry(tmp_path, monkeypatch):
-    tarball = tmp_path / "img.tar"
-    tarball.write_bytes(os.urandom(9_000))
+    tarball = write_image_archive(tmp_path / "img.tar", 9_000)
     store = tmp_path / "store"
     cache.store_image(tarball, store, 3_000)
-    rewrite(tarball, os.urandom(9_000))
+    rewrite(tarball, 9_000)
     calls = []
 
     def copy_then_fail(source, target, length, chunk=1 << 20):
@@ -101,8 +106,7 @@ def test_a_cut_that_fails_leaves_no_manifest_so_no_unit_takes_a_partial_entry(tm
 def test_the_command_cuts_a_tarball_and_refuses_bad_input_in_one_line(tmp_path, capsys):
     from specfleet import cli
 
-    tarball = tmp_path / "img.tar"
-    tarball.write_bytes(os.urandom(3 << 20))
+    tarball = write_image_archive(tmp_path / "img.tar", (3 << 20) - 20_480)  # the archive: 3 MiB
     store = tmp_path / "store"
     assert cli.main(["store", "image", str(tarball), "--store", str(store), "--part-mib", "1", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["parts"] == 3
@@ -115,3 +119,62 @@ def test_the_command_cuts_a_tarball_and_refuses_bad_input_in_one_line(tmp_path, 
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert cli.main(["store", "image", str(tarball), "--store", str(store), "--part-mib", "0"]) == 2
     assert "--part-mib 0: must be at least 1" in capsys.readouterr().err
+
+
+def archive_without(directory, drop: str, manifest: bytes | None = None):
+    """A `docker save`-shaped archive with member ``drop`` left out, or manifest.json replaced."""
+    source = write_image_archive(directory / "source.tar", 1_000)
+    target = directory / "bad.tar"
+    with tarfile.open(source) as archive, tarfile.open(target, "w") as out:
+        for member in archive:
+            if member.name == drop:
+                continue
+            data = archive.extractfile(member).read()
+            if member.name == "manifest.json" and manifest is not None:
+                data = manifest
+            member.size = len(data)
+            out.addfile(member, io.BytesIO(data))
+    return target
+
+
+def refused(bad, tmp_path, capsys) -> str:
+    """The one line `store image` refuses ``bad`` with; nothing of the store was made."""
+    from specfleet import cli
+
+    store = tmp_path / "store"
+    assert cli.main(["store", "image", str(bad), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specfleet store image: {bad}: ") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not store.exists()
+    return err
+
+
+@pytest.mark.parametrize("content", [b"", b"just some text\n", os.urandom(5_000)], ids=["empty", "text", "random"])
+def test_a_file_that_is_no_tar_archive_is_refused_and_the_store_untouched(content, tmp_path, capsys):
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(content)
+    assert "not a tar archive" in refused(bad, tmp_path, capsys)
+
+
+@pytest.mark.parametrize(("drop", "manifest", "problem"), [
+    ("manifest.json", None, "a tar archive without manifest.json"),
+    ("layer/layer.tar", None, "names 1 file(s) the archive lacks, as 'layer/layer.tar'"),
+    ("", b"{not json", "its manifest.json is not JSON"),
+    ("", b"\xff\xfe", "its manifest.json is not JSON"),
+    ("", b'{"Config": "config.json"}', "is not a list of images, each with Config and Layers"),
+    ("", b"[]", "is not a list of images"),
+])
+def test_an_archive_docker_load_would_refuse_is_refused_and_the_store_untouched(drop, manifest, problem, tmp_path,
+                                                                                 capsys):
+    assert problem in refused(archive_without(tmp_path, drop, manifest), tmp_path, capsys)
+
+
+def test_a_compressed_archive_is_refused_as_one(tmp_path, capsys):
+    from specfleet import cli
+
+    tarball = write_image_archive(tmp_path / "img.tar", 1_000)
+    packed = tmp_path / "packed.tar"
+    packed.write_bytes(gzip.compress(tarball.read_bytes()))
+    assert cli.main(["store", "image", str(packed), "--store", str(tmp_path / "store")]) == 2
+    assert "a gzip file: give `docker save -o FILE IMAGE`'s archive as it is" in capsys.readouterr().err

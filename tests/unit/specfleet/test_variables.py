@@ -196,3 +196,30 @@ def test_a_templated_address_is_ansibles_to_resolve_where_ansible_connects():
     assert variables.connection_problems("thor-01", {"ansible_user": vaulted})  # where it must be read
     assert variables.port_of({"ansible_port": "2222"}, "ansible_port") == 2222
     assert variables.port_of({}, "specfleet_fanout_port", default=2200) == 2200
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("SPECFLEET_SPEC_TOKENS", "variable names are case-sensitive; did you mean specfleet_spec_tokens?"),
+    ("Specfleet_Spec_Token", "not a specfleet variable; did you mean specfleet_spec_tokens?"),
+])
+def test_a_specfleet_name_in_another_case_is_refused(name, problem):
+    assert variables.unknown_problems([name], known()) == [f"{name}: {problem}"]
+
+
+def test_two_hosts_reaching_one_unit_are_refused_and_other_hosts_are_not_blamed():
+    destinations = {
+        "thor-01": variables.destination_of("thor-01", {"ansible_host": "10.0.0.5"}),
+        "thor-02": variables.destination_of("thor-02", {"ansible_ssh_host": "10.0.0.5", "ansible_port": "22"}),
+        "THOR-03": variables.destination_of("THOR-03", {}),
+        "thor-03": variables.destination_of("thor-03", {}),  # host names are matched as ssh does: any case
+        "nano-01": variables.destination_of("nano-01", {"ansible_host": "10.0.0.5", "ansible_port": 2222}),
+        "templated": variables.destination_of("templated", {"ansible_host": "{{ lookup('env', 'H') }}"}),
+        "local": variables.destination_of("local", {"ansible_connection": "local", "ansible_host": "10.0.0.5"}),
+    }
+    assert destinations["templated"] is None and destinations["local"] is None
+    assert variables.same_unit_problems(destinations) == [
+        "hosts 'THOR-03', 'thor-03': the same unit (thor-03 port 22) listed twice; keep one host per unit",
+        "hosts 'thor-01', 'thor-02': the same unit (10.0.0.5 port 22) listed twice; keep one host per unit",
+    ]
+    assert variables.same_unit_problems(destinations, involving="nano-01") == []
+    assert len(variables.same_unit_problems(destinations, involving="thor-02")) == 1
