@@ -28,6 +28,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest imp
     verify_tree,
 )
 
+from specfleet import loading
 from specfleet.fanout import lacked_jobs
 
 MANIFESTS = "manifests"
@@ -216,9 +217,9 @@ def store_image(tarball: Path, store: Path, part_bytes: int) -> dict[str, Any]:
     entries.mkdir(parents=True, exist_ok=True)
     with (entries / f".{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if manifest_file.is_file() and marker.is_file() and json.loads(marker.read_text()) == source:
-            manifest = json.loads(manifest_file.read_text())
-            if entry.is_dir() and not verify_tree(str(entry), manifest, full=False):
+        if manifest_file.is_file() and marker.is_file() and _readable(marker) == source:
+            manifest = _readable(manifest_file)
+            if manifest is not None and entry.is_dir() and not verify_tree(str(entry), manifest, full=False):
                 return image_summary(manifest, changed=False)
         manifest_file.unlink(missing_ok=True)
         staging = entries / f".{name}.staging"
@@ -241,6 +242,14 @@ def store_image(tarball: Path, store: Path, part_bytes: int) -> dict[str, Any]:
         marker.parent.mkdir(exist_ok=True)
         write_file(marker, json.dumps(source, sort_keys=True) + "\n")
     return image_summary(manifest, changed=True)
+
+
+def _readable(path: Path) -> dict[str, Any] | None:
+    """A marker or manifest this module wrote, or None where it is no longer one (cut again)."""
+    try:
+        return loading.load_json(path)
+    except loading.FileProblem:
+        return None
 
 
 def copy_bytes(source: Any, target: Any, length: int, chunk: int = 8 << 20) -> None:

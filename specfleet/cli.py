@@ -15,7 +15,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import (
     IdentityError,
     paths_under,
@@ -23,7 +22,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity im
 )
 
 from specfleet import cache as cache_module
-from specfleet import compare, render, variables
+from specfleet import compare, loading, render, variables
 from specfleet import inventory as inventory_module
 from specfleet import kserve as kserve_module
 from specfleet import policy as policy_module
@@ -65,13 +64,11 @@ def _load_policy_file(path: str | None) -> dict:
     if not path:
         return {}
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"--policy {path}: cannot read ({exc})") from exc
+        data = loading.load_yaml(Path(path), top=(dict, type(None)))
+    except loading.FileProblem as exc:
+        raise InputError(f"--policy {exc}; a policy is a map of specfleet_* variables") from None
     if data is None:
         return {}
-    if not isinstance(data, dict):
-        raise InputError(f"--policy {path}: must be a map of specfleet_* variables")
     names = policy_module.variable_names()
     unknown = [f"{name}{variables.closest(str(name), names)}" for name in sorted(set(map(str, data)) - set(names))]
     if unknown:
@@ -244,8 +241,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         try:
             found = compare.compare_runs(report_module.load_run(dirs[0]), report_module.load_run(dirs[1]),
                                          report_module.invocation(report_module.load_run_info(dirs[1])))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(f"specfleet report --compare: a unit record could not be read: {exc}", file=sys.stderr)
+        except loading.FileProblem as exc:
+            print(f"specfleet report --compare: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except report_module.RENDER_ERRORS as exc:
+            culprit = report_module.unrenderable(dirs[0]) or report_module.unrenderable(dirs[1])
+            print(f"specfleet report --compare: {culprit or f'a unit record could not be read: {exc}'}",
+                  file=sys.stderr)
             return EXIT_BAD_INPUT
         sys.stdout.write(compare.to_markdown(found, dirs[0].name, dirs[1].name))
         return 0
@@ -254,18 +256,22 @@ def cmd_report(args: argparse.Namespace) -> int:
         wanted = f"named {args.run}" if args.run else "at all"
         print(f"specfleet report: no run {wanted} in {runs_dir}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.out or args.write:
-        into = Path(args.out) if args.out else run_dir
-        try:
-            into.mkdir(parents=True, exist_ok=True)
-            written = report_module.write_report(run_dir, into)
-        except OSError as exc:
-            print(f"specfleet report: --out {into}: cannot write there: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        print("\n".join(f"{into / name}" for name in written["files"]))
-        return 0
-    # Rendered, not written: the run's own files stay as the playbook left them.
-    outputs, records = report_module.render(run_dir)
+    try:
+        if args.out or args.write:
+            into = Path(args.out) if args.out else run_dir
+            try:
+                into.mkdir(parents=True, exist_ok=True)
+                written = report_module.write_report(run_dir, into)
+            except OSError as exc:
+                print(f"specfleet report: --out {into}: cannot write there: {exc.strerror or exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            print("\n".join(f"{into / name}" for name in written["files"]))
+            return 0
+        # Rendered, not written: the run's own files stay as the playbook left them.
+        outputs, records = report_module.render(run_dir)
+    except loading.FileProblem as exc:
+        print(f"specfleet report: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     sys.stdout.write(outputs[f"report.{args.format}"])
     if args.format == "md":
         print("\n".join(report_module.summary_lines(records, run_dir.name)), file=sys.stderr)
@@ -297,10 +303,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        fleet = status_module.read_fleet(args.inventory, addresses, args.limit, args.timeout)
+        fleet = status_module.read_fleet(args.inventory, addresses, args.limit, args.timeout, args.verbose)
     except status_module.AnsibleRunError as exc:
         print(f"specfleet status: -i {args.inventory}: ansible reported no unit: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.verbose and fleet.chatter.strip():  # what -v asked Ansible for: connections, become
+        print(fleet.chatter.rstrip(), file=sys.stderr)
     if fleet.stderr.strip():  # Ansible's warnings (a --limit part matching nothing, ...)
         print(fleet.stderr.rstrip(), file=sys.stderr)
     rows = [status_module.unit_status(read) for read in fleet.reads]
@@ -447,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--timeout", type=float, default=10.0, metavar="S", help="seconds per unit to connect and read it (default 10)"
     )
+    status.add_argument("-v", "--verbose", action="count", default=0,
+                        help="pass -v (repeatable) to ansible and print what it says on stderr: connections, become")
     status.set_defaults(func=cmd_status)
 
     kserve = commands.add_parser("kserve", help="KServe InferenceService manifests from plans")

@@ -8,17 +8,19 @@ verified it (sha256 against the manifest), and switch the whole store in (``prom
 code ``cache_store state=active`` runs) as soon as they hold every piece. A unit never has
 a partial store live: copies land in staging and only a fully verified copy is switched in.
 
-Keys: units pull from each other with a fleet key pair made for this run alone (in the
-run's private temporary directory on the controller, gone with it). Its public key is
-installed in each unit's authorized_keys as
-``restrict,from="<peer addresses>",command="rrsync -ro <root>/.specfleet/serve" ... specfleet-fanout:<run>``
-(no shell, no forwarding, read-only, confined to verified files, only from fleet addresses);
-the private key and a known_hosts file holding every peer's host key are installed for the
-copy. It fails closed: a unit without rrsync gets no key at all, receives from the controller
-only and serves no peer (``fleet_key``). Every run removes the fleet keys of earlier runs from
-a unit before anything else, and at its end removes its own from every unit it prepared,
-units that dropped out included; a unit it cannot reach then is named (``may_remain``): the
-next run that reaches it removes what is left.
+Keys: units pull from each other with fleet key pairs made for this run alone, one per unit
+(in the run's private temporary directory on the controller, gone with it). Each unit gets its
+own private key, and in its authorized_keys every other unit's public key as
+``restrict,expiry-time="<local time>",from="<that unit's address>",``
+``command="rrsync -ro <root>/.specfleet/serve" ... specfleet-fanout:<run>``
+(no shell, no forwarding, read-only, confined to verified files, only from the address of the
+unit that holds the private key, and only until the run's key lifetime is over: key_lifetime);
+a known_hosts file holding every peer's host key is installed for the copy. It fails closed: a
+unit without rrsync gets no key at all, receives from the controller only and serves no peer
+(``fleet_key``). Every run removes the fleet keys of earlier runs from a unit before anything
+else, and at its end removes its own from every unit it prepared, units that dropped out
+included; a unit it cannot reach then is named (``may_remain``): the next run that reaches it
+removes what is left, and until then the keys' expiry-time ends them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import secrets
 import shlex
 import shutil
@@ -44,7 +47,7 @@ from typing import Any
 from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit, fleet_key
 from ansible_collections.specfleet.fleet.plugins.module_utils.unit_layout import LAYOUT
 
-from specfleet import variables
+from specfleet import loading, variables
 from specfleet.fanout import CONTROLLER, Piece, Scheduler, Transfer, manifest_pieces
 
 # The unit-side helper ships with the collection's module_utils, beside store_manifest.py
@@ -53,6 +56,15 @@ UNIT_HELPER_DIR = Path(fanout_unit.__file__).resolve().parent
 HELPER_FILES = ("fanout_unit.py", "store_manifest.py", "fleet_key.py", "atomic_files.py")
 
 Event = Callable[[str, dict[str, Any]], None]
+
+# How long the controller lets one unit's prepare run (the fleet keys are installed at its start).
+PREPARE_TIMEOUT = 600
+# A unit-to-unit copy ends after this many rsync (I/O) timeouts whatever it is doing: the
+# controller kills the ssh it runs in (Options.pull_timeout).
+PULL_TIMEOUTS = 20
+# Past the run's longest life, before its fleet keys expire: a step of the unit's clock (an NTP
+# correction) during the run, the rounding to whole seconds.
+KEY_MARGIN = 600
 
 
 @dataclass
@@ -109,6 +121,7 @@ def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None
             peer=str(variables.first_set(hv, ("specfleet_fanout_address",), host)),
             peer_port=variables.port_of(hv, "specfleet_fanout_port", default=port),
         ))
+    problems += variables.same_unit_problems({node.name: (node.host.lower(), node.port) for node in nodes})
     if problems:
         raise ValueError("; ".join(problems))
     if wanted is not None:
@@ -150,6 +163,30 @@ class Options:
     # The simple, defensible mode: every unit pulls the whole store from the controller
     # (what `push` means in the benchmark). Same code path, one source with N slots.
     push: bool = False
+
+    def pull_timeout(self) -> int:
+        """The longest one unit-to-unit copy may take: its ssh is killed then."""
+        return self.rsync_timeout * PULL_TIMEOUTS
+
+
+def key_lifetime(options: Options, units: int, workers: int) -> int:
+    """Seconds a unit's fleet key entries live from their install (expiry-time, counted on
+    the unit's clock): the longest the run's own limits let a unit still need to reach a peer,
+    plus KEY_MARGIN.
+
+    The run has no overall deadline, only limits per step: every prepare ends within
+    PREPARE_TIMEOUT (``workers`` at a time), and the copies start once all have; a target
+    takes one piece at a time, each at most ``max_attempts`` times, each copy ended after
+    ``pull_timeout``; before its first copy it waits for sources, which double every round
+    (ceil(log2(units + 1)) rounds, each up to ``max_attempts`` copies long, as the pieces).
+    Defaults, 4 units: 600 + (8 + 3) * 4 * 600 + 600 s, about 7.7 hours; 60 units, about 9.8.
+    A run that outlasts it (waits its limits do not bound) has its later unit-to-unit copies
+    refused: they fail and count as attempts; no partial store goes live. The expiry is the
+    backstop for a key no cleanup reached (a unit that dropped out, a killed driver); every
+    run still removes its keys at its end."""
+    prepare = math.ceil(units / max(1, workers)) * PREPARE_TIMEOUT
+    rounds = options.pieces + math.ceil(math.log2(units + 1))
+    return prepare + rounds * options.max_attempts * options.pull_timeout() + KEY_MARGIN
 
 
 class Runner:
@@ -256,19 +293,32 @@ class Runner:
             self.host_keys[node.name] = " ".join(proc.stdout.decode().split()[:2])
             self.shipped.add(node.name)
 
-    def run_key(self) -> tuple[str, str]:
-        """A new key pair for this run only, in the run's temporary directory (removed with it)."""
-        key = self.tmp / f"fleet-{self.run_id}"
+    def run_key(self, index: int) -> tuple[str, str]:
+        """A new key pair for this run's unit number ``index`` only, in the run's temporary
+        directory (removed with it)."""
+        key = self.tmp / f"fleet-{self.run_id}-{index}"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", fleet_key.key_comment(self.run_id),
                         "-f", str(key)], check=True, capture_output=True)
-        return key.read_text(), key.with_name(key.name + ".pub").read_text().strip()
+        # The public key without its comment: each entry gets the run's (fleet_key.authorized_line).
+        return key.read_text(), " ".join(key.with_name(key.name + ".pub").read_text().split()[:2])
 
-    def key_request(self, alive: list[Node]) -> dict:
-        """What `prepare` installs on each unit (where rrsync can confine it)."""
-        private, public = self.run_key()
+    def key_request(self, alive: list[Node]) -> dict[str, dict]:
+        """What `prepare` installs on each unit (where rrsync can confine it), by unit: its own
+        private key, and every other unit's public key with the address it connects from.
+
+        A key pair per unit costs nothing that matters: ssh-keygen makes an ed25519 pair in a
+        few milliseconds (60 units: about 0.25 s, before the prepares), and the request, which
+        goes out in the prepare round trip either way, grows by about 125 bytes per peer (60
+        units: 7 kB, 13 kB in all with the peers' host keys). In return a private key taken
+        from one unit is refused from every other address."""
+        pairs = {node.name: self.run_key(index) for index, node in enumerate(alive)}
         known = "".join(f"{self.nodes[n].known_hosts_name()} {k}\n" for n, k in sorted(self.host_keys.items()) if k)
-        return {"keys": {"run_id": self.run_id, "private_key": private, "public_key": public,
-                         "known_hosts": known, "from": sorted({n.peer for n in alive})}}
+        lifetime = key_lifetime(self.opt, len(alive), self.workers)
+        return {node.name: {"keys": {
+            "run_id": self.run_id, "private_key": pairs[node.name][0], "known_hosts": known,
+            "key_lifetime_s": lifetime,
+            "authorized": [{"address": peer.peer, "public_key": pairs[peer.name][1]}
+                           for peer in alive if peer.name != node.name]}} for node in alive}
 
     # ---- copies --------------------------------------------------------------------------
     def copy(self, transfer: Transfer) -> dict[str, Any]:
@@ -286,7 +336,7 @@ class Runner:
                     "files": files, "peer": source.peer, "peer_user": source.user, "peer_port": source.peer_port,
                     "link_dest": info.get("link_dest"),
                     "timeout": self.opt.rsync_timeout,
-                }, timeout=self.opt.rsync_timeout * 20)
+                }, timeout=self.opt.pull_timeout())
         except (RemoteError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
             result = {"ok": [], "bad": files, "transport": True, "stderr": str(err)}
         outcome: dict[str, Any] = {"seconds": time.monotonic() - started, "bad": result.get("bad", []),
@@ -353,11 +403,11 @@ class Runner:
                 list(pool.map(setup, self.nodes.values()))
             reachable = [self.nodes[n] for n in names if n not in unreachable]
             # Push mode copies nothing unit to unit: no key (prepare still removes old ones).
-            request = {} if self.opt.push else self.key_request(reachable)
+            requests = {} if self.opt.push else self.key_request(reachable)
 
             def prep(node: Node) -> None:
                 try:
-                    info = self.helper(node, "prepare", request, timeout=600)
+                    info = self.helper(node, "prepare", requests.get(node.name, {}), timeout=PREPARE_TIMEOUT)
                 except (RemoteError, subprocess.TimeoutExpired) as err:
                     unreachable[node.name] = str(err)
                     return
@@ -505,11 +555,34 @@ class RemoteError(RuntimeError):
 
 
 # ---- CLI -------------------------------------------------------------------------------
+MANIFEST_SHAPE: loading.Shape = {"name": str, "id": str, "files": dict}
+
+
 def load_manifest(store: Path, name: str) -> dict:
+    """The manifest of store entry ``name`` (a name, never a path), checked: a ValueError says
+    what is wrong with which file."""
+    if not variables.is_file_name(name):
+        raise ValueError(f"--name {variables.shown(name)}: not an entry name (letters, digits, '.', '_' or '-')")
     path = store / "manifests" / f"{name}.json"
     if not path.exists():
         raise ValueError(f"{path} does not exist; run `specfleet cache manifest {store}` first")
-    return json.loads(path.read_text())
+    manifest = loading.load_json(path, shape=MANIFEST_SHAPE)
+    bad = [file for file, entry in manifest["files"].items()
+           if not isinstance(entry, dict) or not variables.is_integer(entry.get("size")) or entry["size"] < 0]
+    if bad:
+        raise loading.FileProblem(path, f"files.{bad[0]}: not an entry with a size in bytes")
+    return manifest
+
+
+def positive_count(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def progress_events(total_units: int, total_bytes: int, console: Any) -> tuple[Event, Callable[[], None]]:
@@ -547,10 +620,18 @@ def cmd_distribute(args: argparse.Namespace) -> int:
 
     store = Path(args.store)
     try:
+        problem = variables.unit_path_problem("--root", args.root) or (
+            None if args.root.startswith("/") else f"--root {variables.shown(args.root)}: must be an absolute path")
+        if problem:
+            raise ValueError(problem)
         manifest = load_manifest(store, args.name)
-        nodes = nodes_from_inventory(args.inventory, args.limit.split(",") if args.limit else None)
     except ValueError as err:
         print(f"specfleet distribute: {err}", file=sys.stderr)
+        return 2
+    try:
+        nodes = nodes_from_inventory(args.inventory, args.limit.split(",") if args.limit else None)
+    except ValueError as err:
+        print(f"specfleet distribute: -i {', '.join(args.inventory)}: {err}", file=sys.stderr)
         return 2
     options = Options(root=args.root, subdir=args.subdir, pieces=args.pieces,
                       controller_slots=args.controller_slots, unit_slots=args.unit_slots, push=args.push)
@@ -588,10 +669,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", help="comma-separated host names (default: every host)")
     parser.add_argument("--root", default=Options.root, help="store root on the units (default %(default)s)")
     parser.add_argument("--subdir", default=Options.subdir, help="live dir below root and store (default hub)")
-    parser.add_argument("--pieces", type=int, default=Options.pieces,
+    parser.add_argument("--pieces", type=positive_count, default=Options.pieces,
                         help="split the store into this many pieces of whole files (default %(default)s)")
-    parser.add_argument("--controller-slots", type=int, default=1, help="concurrent uploads from the controller")
-    parser.add_argument("--unit-slots", type=int, default=1, help="concurrent uploads from each unit")
+    parser.add_argument("--controller-slots", type=positive_count, default=1,
+                        help="concurrent uploads from the controller")
+    parser.add_argument("--unit-slots", type=positive_count, default=1, help="concurrent uploads from each unit")
     parser.add_argument("--push", action="store_true", help="no fan-out: the controller copies to every unit")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.set_defaults(func=cmd_distribute)

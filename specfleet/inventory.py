@@ -3,11 +3,11 @@ facts to plan from (gathered facts files, else the inventory's declared expectat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specfleet import loading
 from specfleet import policy as policy_module
 
 # A host's declared hardware, same shape as `specfleet facts` prints. Lets an organiser
@@ -106,9 +106,9 @@ def read_facts_file(path: Path) -> dict[str, Any]:
     """A unit's facts from a file `specfleet facts` or the plan play wrote (Ansible's jsonfile
     fact cache stores all facts; ours sit under one key), checked as a declaration is."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise FactsFileError(f"{path}: cannot read JSON ({exc})") from exc
+        data = loading.load_json(path, limit=loading.SMALL_FILE)
+    except loading.FileProblem as exc:
+        raise FactsFileError(str(exc)) from None
     data = data.get("specfleet_unit", data) if isinstance(data, dict) else data
     problems = policy_module.expected_facts_problems(data, name="facts")
     if problems:

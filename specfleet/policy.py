@@ -14,12 +14,17 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import (
+    CLASS_MEMORY_GIB,
+    DEVICE_CLASSES,
+    FACT_KEYS,
+    NON_L4T_CLASSES,
+)
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 
 from specfleet import serving
 from specfleet.catalog import SPEC_METHODS, Catalog, image_problems
-from specfleet.variables import is_integer, is_number, shown
+from specfleet.variables import closest, is_integer, is_number, shown
 
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
 # (vLLM takes the last occurrence, so a repeat would silently override the plan).
@@ -409,6 +414,14 @@ def expected_facts_problems(expected: Any, name: str = EXPECTED_FACTS_VAR) -> li
     memory = expected.get("memory_mb")
     if "memory_mb" in expected and (not is_integer(memory) or memory <= 0):
         problems.append(f"{name}.memory_mb: must be a positive integer (MiB), got {shown(memory)}")
+    elif is_integer(memory) and device_class in CLASS_MEMORY_GIB:
+        low, high = CLASS_MEMORY_GIB[device_class]
+        if not low * 1024 <= memory <= high * 1024:
+            problems.append(f"{name}.memory_mb: {memory} MiB cannot be a {device_class}'s memory "
+                            f"({low}..{high} GiB, {low * 1024}..{high * 1024} MiB)")
+    if name == EXPECTED_FACTS_VAR:  # a facts file is what a unit reported; a declaration is typed
+        problems += [f"{name}.{key}: not a fact of a unit{closest(str(key), FACT_KEYS)}"
+                     for key in expected if key not in FACT_KEYS]
     cuda = expected.get("cuda")
     if cuda is not None and not (isinstance(cuda, str) and _CUDA_PATTERN.match(cuda)):
         problems.append(f"{name}.cuda: must be a CUDA version like '12.6' (quoted in YAML), got {shown(cuda)}")

@@ -54,7 +54,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.store_manifest imp
     verify_tree,
 )
 
-from specfleet import serving
+from specfleet import loading, serving
 from specfleet.fanout import distribution_job
 
 KEY_VERSION = 1
@@ -330,8 +330,8 @@ def inspect_store(store: Path, key: str, full: bool = True) -> dict[str, Any]:
                               "record": None}
     record_path = base / KEY_RECORD
     try:
-        record = json.loads(record_path.read_text())
-    except (OSError, ValueError):
+        record = loading.load_json(record_path)
+    except loading.FileProblem:
         result["problems"].append(f"{record_path}: missing or unreadable")
         return result
     result["record"] = record
@@ -341,8 +341,8 @@ def inspect_store(store: Path, key: str, full: bool = True) -> dict[str, Any]:
     for name in record["entries"]:
         manifest_path = base / MANIFESTS / f"{name}.json"
         try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
+            manifest = loading.load_json(manifest_path)
+        except loading.FileProblem:
             result["problems"].append(f"{manifest_path}: missing or unreadable")
             continue
         layout = StoreLayout(str(base), ENTRY_SUBDIR, name)

@@ -23,7 +23,7 @@ from typing import Any
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
-from specfleet import attention, batch_table, compare, sweep, variables
+from specfleet import attention, batch_table, compare, loading, sweep, variables
 from specfleet.console import units_text
 
 DECISIONS = ("kept", "reverted", "failed")
@@ -62,9 +62,28 @@ def unit_file(run_dir: Path, host: str) -> Path:
     return variables.unit_file(run_dir / "units", host, ".json")
 
 
+# The top of a unit's record as rollout.unit_record and failed_record write it, what every
+# reader of a run takes for granted; each key but host may be absent.
+NULL = type(None)
+RECORD_SHAPE: loading.Shape = {
+    "host": str, "decision": (str, NULL), "reasons": (list, NULL), "plan_reasons": (list, NULL),
+    "measurement": (dict, NULL), "figures": (dict, NULL), "baseline": (dict, NULL), "speculative": (dict, NULL),
+    "sweep": (dict, NULL), "startup": (dict, NULL), "failure": (dict, NULL), "batch_table": (dict, NULL),
+    "serving": (str, NULL), "model": (str, NULL), "image": (str, NULL), "method": (str, NULL),
+    "device_class": (str, NULL), "run_id": (str, NULL), "num_speculative_tokens": (int, NULL),
+}
+
+
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's unit records, each checked (RECORD_SHAPE): a corrupt one is a
+    loading.FileProblem naming it."""
+    return [loading.load_json(path, shape=RECORD_SHAPE) for path in record_files(run_dir)]
+
+
+def record_files(run_dir: Path) -> list[Path]:
+    """The run's unit records' files, in the order load_run reads them."""
     units = run_dir / "units"
-    return [json.loads(path.read_text()) for path in sorted(units.glob("*.json"))] if units.is_dir() else []
+    return sorted(units.glob("*.json")) if units.is_dir() else []
 
 
 def run_info(playbook: str, inventory: Sequence[str], started: float, finished: float) -> dict[str, Any]:
@@ -78,10 +97,9 @@ def load_run_info(run_dir: Path) -> dict[str, Any]:
     """A run's RUN_INFO, or {} (a run from before it was written, or a file that does not parse:
     the report then names no duration and types the next commands as the README does)."""
     try:
-        found = json.loads((run_dir / RUN_INFO).read_text())
-    except (OSError, ValueError):
+        return loading.load_json(run_dir / RUN_INFO, limit=loading.SMALL_FILE)
+    except loading.FileProblem:
         return {}
-    return found if isinstance(found, dict) else {}
 
 
 def invocation(info: Mapping[str, Any]) -> attention.Invocation:
@@ -752,16 +770,38 @@ def render(run_dir: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
         try:
             since = compare.to_markdown(compare.compare_runs(load_run(earlier), records, invocation(info)),
                                         earlier.name, run_id, "##")
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, *RENDER_ERRORS):
             since = None  # an earlier run this one cannot be read against: its own report stands alone
-    outputs = {
+    try:
+        return _outputs(records, run_id, info, since), records
+    except RENDER_ERRORS as exc:
+        raise unrenderable(run_dir) or exc from None
+
+
+def _outputs(records: list[dict[str, Any]], run_id: str, info: Mapping[str, Any], since: str | None
+             ) -> dict[str, str]:
+    return {
         "report.json": json.dumps({"run_id": run_id, "run": info, "summary": summary(records), "units": records},
                                   indent=1),
         "report.csv": to_csv(records),
         "report.md": to_markdown(records, run_id, info) + (f"\n{since}" if since else ""),
         "report.html": to_html(records, run_id, info, since),
     }
-    return outputs, records
+
+
+# What a record of the right top-level shape with insides no run writes makes rendering raise.
+RENDER_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
+
+
+def unrenderable(run_dir: Path) -> loading.FileProblem | None:
+    """The first record of the run that cannot be rendered on its own (a value inside it of a
+    type this specfleet never writes), as the problem naming its file."""
+    for path, record in zip(record_files(run_dir), load_run(run_dir), strict=False):
+        try:
+            _outputs([record], run_dir.name, {}, None)
+        except RENDER_ERRORS as exc:
+            return loading.FileProblem(path, f"not a unit record this specfleet writes ({type(exc).__name__}: {exc})")
+    return None
 
 
 # A run's records and reports are the owner's alone (0600 files, 0700 folders, whatever the

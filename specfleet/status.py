@@ -457,7 +457,8 @@ def untemplated(command: str) -> str:
 
 
 def ansible_argv(
-    inventory_path: str, limit: str | None, command: str, timeout: float, hosts: int, executable: str = "ansible"
+    inventory_path: str, limit: str | None, command: str, timeout: float, hosts: int, executable: str = "ansible",
+    verbosity: int = 0,
 ) -> list[str]:
     """``ansible`` ad hoc: the raw module runs ``command`` through the unit's shell in one SSH
     exec, with no Python or module upload on the unit; with become, as the playbooks' unit
@@ -473,6 +474,7 @@ def ansible_argv(
         "-T", str(max(1, math.ceil(timeout))),
         "--task-timeout", str(task_timeout(timeout)),
         "--forks", str(forks_for(hosts)),
+        *([f"-{'v' * verbosity}"] if verbosity else []),
     ]
 
 
@@ -480,17 +482,18 @@ def ansible_argv(
 ANSIBLE_ENV = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
 
 
-def ansible_document(stdout: str) -> dict[str, Any] | None:
-    """The ansible.posix.json document in ``stdout``. Other callbacks ansible.cfg enables may
-    print around it (ansible.posix.timer prints after it), so it is found, not assumed."""
+def ansible_document(stdout: str) -> tuple[dict[str, Any], tuple[int, int]] | None:
+    """The ansible.posix.json document in ``stdout`` and where it sits. Other callbacks
+    ansible.cfg enables, and -v, print around it (ansible.posix.timer prints after it), so it
+    is found, not assumed."""
     decoder = json.JSONDecoder()
     for found in re.finditer(r"^\{", stdout, re.MULTILINE):
         try:
-            document, _end = decoder.raw_decode(stdout, found.start())
+            document, end = decoder.raw_decode(stdout, found.start())
         except ValueError:
             continue
         if isinstance(document, dict) and "plays" in document:
-            return document
+            return document, (found.start(), end)
     return None
 
 
@@ -598,6 +601,8 @@ class FleetRead:
     argv: list[str]
     stderr: str
     seconds: float
+    # What Ansible printed besides its JSON answer (its -v lines, other callbacks' output).
+    chatter: str = ""
 
 
 def read_fleet(
@@ -605,6 +610,7 @@ def read_fleet(
     addresses: Mapping[str, str],
     limit: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    verbosity: int = 0,
 ) -> FleetRead:
     """Read every unit with ONE ``ansible`` ad hoc run of the raw module, from the current
     directory (so its ansible.cfg applies) and with this process's environment and terminal
@@ -612,7 +618,8 @@ def read_fleet(
     the playbooks'). ``addresses`` (from ``inventory_hosts``) orders the rows and sizes the
     forks. Raises AnsibleRunError when Ansible reports no host at all."""
     nonce = uuid.uuid4().hex
-    argv = ansible_argv(inventory_path, limit, remote_command(nonce), timeout, len(addresses), ansible_executable())
+    argv = ansible_argv(inventory_path, limit, remote_command(nonce), timeout, len(addresses), ansible_executable(),
+                        verbosity)
     bound = run_timeout(timeout, len(addresses))
     started = time.monotonic()
     try:
@@ -631,10 +638,12 @@ def read_fleet(
     except OSError as exc:  # no ansible to run
         raise AnsibleRunError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     seconds = time.monotonic() - started
-    document = ansible_document(done.stdout)
-    if document is None or not host_results(document):
+    found = ansible_document(done.stdout)
+    if found is None or not host_results(found[0]):
         raise AnsibleRunError(_ansible_error(done.stderr, done.returncode))
-    return FleetRead(reads_from_ansible(document, nonce, addresses, seconds), argv, done.stderr, seconds)
+    document, (start, end) = found
+    return FleetRead(reads_from_ansible(document, nonce, addresses, seconds), argv, done.stderr, seconds,
+                     chatter=done.stdout[:start] + done.stdout[end:])
 
 
 # --------------------------------------------------------------------------- rendering

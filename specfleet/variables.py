@@ -207,6 +207,8 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
         elif kind in ("path", "host"):
             if not isinstance(value, str) or not value.strip():
                 problem = f"{name}: must be a non-empty string, got {shown(value)}"
+            elif any(ord(char) < 0x20 or char == "\x7f" for char in value):
+                problem = f"{name}: {shown(value)} has a line break or control character; it must be one line"
         elif kind == "count":
             problem = _count_problem(name, value, int(entry.get("min", 0)))
         elif kind == "percent":
@@ -218,6 +220,18 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
         if problem:
             problems.append(problem)
     return problems
+
+
+# A path on a unit is written into shell commands and into authorized_keys' forced command.
+_UNIT_PATH_UNSAFE = re.compile(r"[\x00-\x1f\x7f'\"`\\]")
+
+
+def unit_path_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be a path on a unit, named ``name``, else None."""
+    if isinstance(value, str) and _UNIT_PATH_UNSAFE.search(value):
+        return (f"{name}: {shown(value)} has a quote, backslash or control character; a path on a unit is "
+                "written into shell commands and authorized_keys lines")
+    return None
 
 
 def is_file_name(value: Any) -> bool:

@@ -46,6 +46,7 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 
 try:
     from specfleet.console import RECORD_CAUSE_LIMIT, failure_class, failure_message
+    from specfleet.loading import FileProblem
     from specfleet.report import (
         RECORD_MODE,
         RUN_INFO,
@@ -125,7 +126,11 @@ class CallbackModule(CallbackBase):
                 write_file(record, json.dumps(failure, indent=1), mode=RECORD_MODE)
         write_file(run_dir / RUN_INFO, json.dumps(run_info(self._playbook, self._inventory(), self._started,
                                                            time.time()), indent=1), mode=RECORD_MODE)
-        written = write_report(run_dir)
+        try:
+            written = write_report(run_dir)
+        except FileProblem as exc:  # a record someone edited or a disk that corrupted it
+            self._display.error(f"specfleet: no fleet report: {exc}")
+            return
         self._display.banner("SPECFLEET FLEET SUMMARY")
         for line in written["summary_lines"]:
             self._display.display(line)

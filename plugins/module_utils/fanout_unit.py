@@ -16,9 +16,12 @@ Where things are (``StoreLayout`` of ``store_manifest``):
 - ``promote`` verifies the whole staging copy and switches it in atomically.
 
 The fleet key (``fleet_key``): ``prepare`` first removes every fleet key an earlier run left
-(authorized_keys entries of any run, private key, known_hosts), then installs this run's, but
-only where rrsync confines it; without rrsync it installs nothing and says so (the driver
-serves that unit from the controller). ``cleanup`` removes them again.
+(authorized_keys entries of any run, private key, known_hosts), then installs this run's: the
+unit's own private key, and one authorized_keys entry per peer (that peer's public key, from
+that peer's address only, expiring when the run's lifetime ends on this unit's clock), but only
+where rrsync confines them; without rrsync it installs nothing and says so (the driver serves
+that unit from the controller), and a unit without peers needs nothing. ``cleanup`` removes
+them again.
 
 Commands: prepare, pull, verify, promote, cleanup.
 """
@@ -231,8 +234,10 @@ def remove_keys(directory: str | None = None, dry_run: bool = False) -> dict:
     text = _read(authorized)
     kept, entries = fleet_key.without_fleet_entries(text or "")
     files = [paths[name] for name in ("key", "known_hosts") if os.path.lexists(paths[name])]
-    result = {"changed": bool(entries or files), "removed_entries": entries,
-              "removed_runs": [fleet_key.fleet_run(entry) for entry in entries], "removed_files": files}
+    # A run leaves one entry per peer: each run is named once, in the order found.
+    runs = list(dict.fromkeys(fleet_key.fleet_run(entry) for entry in entries))
+    result = {"changed": bool(entries or files), "removed_entries": entries, "removed_runs": runs,
+              "removed_files": files}
     if dry_run:
         return result
     if entries:
@@ -245,26 +250,36 @@ def remove_keys(directory: str | None = None, dry_run: bool = False) -> dict:
     return result
 
 
-def install_keys(root: str, request: dict) -> dict:
-    """Remove what earlier runs left, then install this run's fleet key: its authorized_keys
-    entry confined to ``rrsync -ro <serve dir>``, the private key and the peers' host keys.
-    Without rrsync nothing is installed (``fleet_key: refused``): the key is never
-    authorized without its forced command."""
+def install_keys(root: str, request: dict, now: float | None = None) -> dict:
+    """Remove what earlier runs left, then install this run's fleet keys: one authorized_keys
+    entry per peer in ``request["authorized"]`` (its public key, confined to ``rrsync -ro
+    <serve dir>``, from its ``address`` only, until ``key_lifetime_s`` from ``now`` on this
+    unit's clock), this unit's private key and the peers' host keys. Without rrsync nothing
+    is installed (``fleet_key: refused``): a key is never authorized without its forced
+    command. Without a peer nothing is installed either (``fleet_key: none``): a lone unit
+    pulls from nobody and nobody pulls from it, and an entry without from= is never made."""
     swept = remove_keys()
+    stale = swept["removed_runs"]
+    peers = [(peer["address"], peer["public_key"]) for peer in request.get("authorized", [])]
+    if not peers:
+        return {"fleet_key": "none", "reason": "no peer", "stale_runs": stale}
     rrsync = find_rrsync()
     if rrsync is None:
-        return {"fleet_key": "refused", "reason": fleet_key.NO_RRSYNC, "stale_runs": swept["removed_runs"]}
+        return {"fleet_key": "refused", "reason": fleet_key.NO_RRSYNC, "stale_runs": stale}
+    # Built before anything is written: a bad address or key fails the prepare with nothing of
+    # this run on the unit.
+    expiry = fleet_key.expiry_time(time.time() if now is None else now, int(request["key_lifetime_s"]))
+    lines = fleet_key.peer_entries(peers, request["run_id"], fleet_key.rrsync_command(rrsync, serve_root(root)),
+                                   expiry)
     paths = key_paths()
     os.makedirs(ssh_dir(), mode=0o700, exist_ok=True)
     os.makedirs(serve_root(root), exist_ok=True)
-    line = fleet_key.authorized_line(request["public_key"], request["run_id"], request.get("from", []),
-                                     fleet_key.rrsync_command(rrsync, serve_root(root)))
     authorized = os.path.realpath(paths["authorized_keys"])
     mode = os.stat(authorized).st_mode & 0o777 if os.path.exists(authorized) else 0o600
-    _write(authorized, fleet_key.with_fleet_entry(_read(authorized) or "", line), mode)
+    _write(authorized, fleet_key.with_fleet_entries(_read(authorized) or "", lines), mode)
     _write(paths["key"], request["private_key"], 0o600)
     _write(paths["known_hosts"], request["known_hosts"], 0o644)
-    return {"fleet_key": "installed", "authorized": line, "stale_runs": swept["removed_runs"]}
+    return {"fleet_key": "installed", "authorized": lines, "expiry_time": expiry, "stale_runs": stale}
 
 
 def peer_ssh(request: dict) -> list[str]:

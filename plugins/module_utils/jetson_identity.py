@@ -107,6 +107,19 @@ CLASS_BY_MODEL_SUBSTRING = (
     ("orin nano", "orin_nano"),
 )
 
+# Every key the facts of a unit carry (identify_unit's and _dgx_spark_facts'), and the host
+# name `specfleet facts` and the plan play add: what a declaration may name.
+FACT_KEYS = (
+    "is_jetson", "device_class", "model", "compatible", "sku", "module", "memory_mb", "l4t", "l4t_source",
+    "jetpack", "cuda", "product_name", "dgx_os", "dgx_platform", "dgx_release_source", "nvidia_driver", "host",
+)
+
+# The MemTotal a class can report, in GiB: from its smallest module's bucket below to its
+# largest module's nominal memory (AGX Thor T5000 and DGX Spark 128 GB, AGX Orin 64 GB,
+# Orin NX 16 GB, Orin Nano 8 GB). A declared memory outside it cannot be true.
+CLASS_MEMORY_GIB = {"thor": (32, 128), "agx_orin": (28, 64), "orin_nx": (7, 16), "orin_nano": (3, 8),
+                    "dgx_spark": (96, 128)}
+
 # When no P-number names the module, MemTotal buckets do (detect_jetson.sh), in GiB.
 MEMORY_BUCKETS_GIB = {
     "thor": ((96, "Jetson AGX Thor (T5000)"), (32, "Jetson AGX Thor (T4000)")),

@@ -8,9 +8,10 @@ DOCUMENTATION = r"""
 module: fanout_key
 short_description: Remove the fan-out's fleet key from a unit, whichever run left it
 description:
-  - The fan-out (C(specfleet distribute)) makes a new key pair for each run and installs it on
-    the units for that run only; its authorized_keys entry names the run in its comment
-    (C(specfleet-fanout:<run id>)).
+  - The fan-out (C(specfleet distribute)) makes new key pairs for each run, one per unit, and
+    installs them on the units for that run only; each of its authorized_keys entries names the
+    run in its comment (C(specfleet-fanout:<run id>)), and stops working at its C(expiry-time)
+    should no run remove it.
   - This module removes every such entry, of any run (and the unnamed C(specfleet-fanout)
     entries of releases before run ids), the fleet private key C(specfleet_fanout) and its
     C(specfleet_fanout_known_hosts), from the login user's C(~/.ssh). Every other line of
@@ -53,7 +54,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 removed_runs:
-  description: The runs whose authorized_keys entries were removed (an empty string for an entry without a run id).
+  description: >-
+    The runs whose authorized_keys entries were removed, each named once (an empty string for the
+    entries without a run id).
   returned: always
   type: list
   elements: str

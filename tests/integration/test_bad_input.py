@@ -480,7 +480,7 @@ def test_a_host_name_that_is_a_path_is_refused_before_any_unit(host: str, tmp_pa
 
 def facts_file(directory: Path, name: str, content: str) -> Path:
     path = directory / name
-    path.write_text(content)
+    path.write_bytes(content.encode("utf-8", "surrogateescape"))  # lone surrogates: raw bytes
     return path
 
 
@@ -488,13 +488,16 @@ FACTS = json.dumps({"specfleet_unit": {**EXPECTED[THOR], "host": "thor-01"}})
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (FACTS[: len(FACTS) // 2], "cannot read JSON"),
+    (FACTS[: len(FACTS) // 2], "not JSON"),
+    ("\udcff\udcfe" + FACTS, "not UTF-8 text"),
+    ("[" * 100_000 + "]" * 100_000, "nested more than 64 deep"),
+    (FACTS + " " * (2 << 20), "larger than 1024 KiB"),
     (json.dumps({"specfleet_unit": {"device_class": "thor", "memory_mb": 125771}}), "facts.l4t: missing"),
     (json.dumps({"device_class": "thor", "l4t": "38.2.0", "memory_mb": "lots"}),
      "facts.memory_mb: must be a positive integer"),
-    (json.dumps(["thor"]), "facts: must be a map of facts"),
+    (json.dumps(["thor"]), "not a map: a list"),
     (json.dumps({"specfleet_unit": {**EXPECTED[THOR], "host": "../x"}}), "'../x' is not a usable unit name"),
-], ids=["truncated", "l4t-missing", "memory-not-a-number", "not-a-map", "host-a-path"])
+], ids=["truncated", "binary", "deep", "huge", "l4t-missing", "memory-not-a-number", "not-a-map", "host-a-path"])
 def test_cli_refuses_a_bad_facts_file_naming_it(content: str, message: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture):
     path = facts_file(tmp_path, "unit.json", content)
@@ -510,7 +513,7 @@ def test_cli_refuses_a_truncated_facts_dir_file_naming_it(tmp_path: Path, capsys
     path = facts_file(facts_dir, "thor-01.json", FACTS[:40])
     assert cli.main(["plan", "-i", str(inventory), "--facts-dir", str(facts_dir)]) == cli.EXIT_BAD_INPUT
     _, err = capsys.readouterr()
-    assert f"--facts-dir {path}: cannot read JSON" in err, err
+    assert f"--facts-dir {path}: not JSON" in err, err
 
 
 # Every command that reads an inventory, given one Ansible cannot use: exit 2, the path named, no
@@ -555,6 +558,33 @@ def test_cli_policy_file_names_the_misspelt_variable_and_the_right_one(tmp_path:
            "specfleet_gate_min_tpot_drop?" in err, err
 
 
+def laughs(levels: int) -> str:
+    """A 'billion laughs': each level an anchored list of nine aliases of the one before."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 9) + "]" for n in range(1, levels)]
+    return "\n".join([*lines, f"specfleet_spec_tokens: *l{levels - 1}", ""])
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "not UTF-8 text (a binary file?)"),
+    (("a: " + "[" * 100_000 + "]" * 100_000 + "\n").encode(), "nested more than 64 deep"),
+    (laughs(9).encode(), "more than 200000 values once its aliases (*name) are expanded"),
+    (b"x: &x [*x]\n", "more than 200000 values once its aliases"),
+    (b"specfleet_spec_tokens: {thor: 2}\n" + b"# padding\n" * 200_000, "larger than 1024 KiB"),
+    (b"- specfleet_spec_tokens\n", "not a map or null: a list"),
+    (b"specfleet_spec_tokens: [\n", "not YAML (while parsing a flow node"),
+], ids=["binary", "deep", "billion-laughs", "recursive-alias", "huge", "a-list", "truncated"])
+def test_cli_policy_file_that_is_no_policy_is_one_line_naming_it(content: bytes, message: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture):
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    policy = tmp_path / "policy.yml"
+    policy.write_bytes(content)
+    assert cli.main(["plan", "-i", str(inventory), "--policy", str(policy)]) == cli.EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"specfleet plan: --policy {policy}: {message}"), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("data_file", "edit", "message"), [
     ("catalog.yml", lambda d: d["models"][0].update(vocab_size="big"), "catalog.yml models[0].vocab_size: must be an"),
     ("catalog.yml", lambda d: d["models"][1].pop("repo"), "catalog.yml models[1]: missing repo"),
@@ -597,7 +627,7 @@ CONNECTING_COMMANDS = ("distribute", "hostkeys", "status")
 def distribute_args(directory: Path) -> list[str]:
     store = directory / "store"
     (store / "manifests").mkdir(parents=True, exist_ok=True)
-    (store / "manifests" / "entry.json").write_text(json.dumps({"name": "entry", "files": {}}))
+    (store / "manifests" / "entry.json").write_text(json.dumps({"name": "entry", "id": "x", "files": {}}))
     return ["--store", str(store), "--name", "entry"]
 
 
@@ -634,3 +664,87 @@ def test_connection_settings_ssh_would_read_as_options_are_refused_before_ssh_ru
     assert variable in complaint and "Traceback" not in result.stderr, result.stderr
     assert name[:40] in complaint, complaint  # long values are shortened
     assert not marker.exists()
+
+
+# ---- issue 39: files and options of the controller's own commands ---------------------------
+
+GOOD_RECORD = REPO / "tests" / "fixtures" / "runs" / "lab-rollout" / "units" / "thor-01.json"
+
+
+def garbled_record() -> bytes:
+    """A record of the right top-level shape whose insides are of types no run writes."""
+    record = json.loads(GOOD_RECORD.read_text())
+    record["measurement"] = {key: 7 for key in record["measurement"]}
+    return json.dumps(record).encode()
+
+
+RECORDS = {
+    "a-list": (b"[1, 2]", "not a map: a list"),
+    "binary": (bytes(range(256)), "not UTF-8 text (a binary file?)"),
+    "deep": (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 deep"),
+    "truncated": (GOOD_RECORD.read_bytes()[:200], "not JSON ("),
+    "no-host": (b'{"decision": "kept"}', "no 'host'"),
+    "decision-a-number": (b'{"host": "thor-01", "decision": 5}', "'decision' is not a string or null: an integer"),
+    "insides-garbled": (garbled_record(), "not a unit record this specfleet writes (TypeError"),
+}
+
+
+@pytest.mark.parametrize("kind", RECORDS)
+@pytest.mark.parametrize("command", ["run", "write", "compare"])
+def test_a_corrupt_unit_record_is_one_line_naming_its_file(kind: str, command: str, tmp_path: Path):
+    content, message = RECORDS[kind]
+    runs = tmp_path / "runs"
+    for run_id in ("20261201T000000Z", "20261202T000000Z"):
+        (runs / run_id / "units").mkdir(parents=True)
+        shutil.copy(GOOD_RECORD, runs / run_id / "units" / "nano-01.json")
+    bad = runs / "20261202T000000Z" / "units" / "thor-01.json"
+    bad.write_bytes(content)
+    argv = {"run": ["--run", "20261202T000000Z"], "write": ["--run", "20261202T000000Z", "--write"],
+            "compare": ["--compare", "20261201T000000Z", "20261202T000000Z"]}[command]
+    result = run([sys.executable, "-m", "specfleet.cli", "report", "--runs-dir", str(runs), *argv], tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
+    assert f"{bad}: {message}" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not list((runs / "20261202T000000Z").glob("report.*"))
+
+
+@pytest.mark.parametrize("run_id", ["../elsewhere", "/tmp/abs", ".hidden", "a/b"])
+def test_a_run_id_that_is_a_path_is_refused_and_nothing_is_written(run_id: str, tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere" / "units"
+    elsewhere.mkdir(parents=True)
+    shutil.copy(GOOD_RECORD, elsewhere / "thor-01.json")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for argv in (["--run", run_id, "--write"], ["--compare", run_id, run_id]):
+        result = run([sys.executable, "-m", "specfleet.cli", "report", "--runs-dir", str(runs), *argv], tmp_path)
+        assert result.returncode == 2 and "not a run id" in result.stderr and "Traceback" not in result.stderr
+    assert not list((tmp_path / "elsewhere").glob("report.*"))
+
+
+DISTRIBUTE_ARGS = {
+    "pieces-zero": (["--pieces", "0"], "argument --pieces: must be at least 1, got 0"),
+    "unit-slots-zero": (["--unit-slots", "0"], "argument --unit-slots: must be at least 1, got 0"),
+    "controller-slots-text": (["--controller-slots", "two"], "argument --controller-slots: 'two' is not a whole"),
+    "name-a-path": (["--name", "../../etc/entry"], "--name '../../etc/entry': not an entry name"),
+    "root-a-quote": (["--root", "/srv/x'; touch /tmp/y"], "--root: \"/srv/x'; touch /tmp/y\" has a quote"),
+    "root-relative": (["--root", "srv/x"], "--root 'srv/x': must be an absolute path"),
+    "manifest-without-files": (["--name", "nofiles"], "nofiles.json: no 'files'"),
+    "manifest-files-garbled": (["--name", "garbled"], "garbled.json: files.a: not an entry with a size in bytes"),
+    "manifest-binary": (["--name", "binary"], "binary.json: not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("case", DISTRIBUTE_ARGS)
+def test_distribute_refuses_bad_options_and_manifests_in_one_line_before_ssh(case: str, tmp_path: Path):
+    argv, message = DISTRIBUTE_ARGS[case]
+    inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
+    store = Path(distribute_args(tmp_path)[1])
+    manifests = store / "manifests"
+    (manifests / "nofiles.json").write_text(json.dumps({"name": "nofiles", "id": "x"}))
+    (manifests / "garbled.json").write_text(json.dumps({"name": "garbled", "id": "x", "files": {"a": 5}}))
+    (manifests / "binary.json").write_bytes(bytes(range(256)))
+    base = ["--store", str(store), "--name", "entry"]
+    result = run([sys.executable, "-m", "specfleet.cli", "distribute", "-i", str(inventory), *base, *argv], tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message.replace('"', "") in result.stderr.replace('"', ""), result.stderr
+    assert "Traceback" not in result.stderr and "UNREACHABLE" not in result.stdout + result.stderr

@@ -9,8 +9,10 @@ login user `nvidia` (sudo with a password, which rsync cannot answer), not root.
    dead one included) has a partial store live. The fleet key is gone from every unit
    but the dead one, which the result names; the next run removes it there first.
 3. A unit without rrsync gets no fleet key at all (it would be a shell for every peer): it
-   is served by the controller only and serves no peer; the others hold only a confined
-   key of this run while it lasts; afterwards every authorized_keys is as it was.
+   is served by the controller only and serves no peer; the others hold only confined
+   keys of this run while it lasts, one per peer, each from that peer's address and
+   expiring; afterwards every authorized_keys is as it was. A unit's private key taken to
+   another unit is refused there (from=), while each unit's own key works.
 4. The role's fan-out killed mid-copy (SIGKILL: the driver cleans nothing up): the role's
    `always` removes the fleet key from every unit, and no unit has a partial store live.
 5. Prepare's model role (specfleet_hf_cache) fans a model that several units lack out unit to
@@ -38,7 +40,7 @@ from specfleet_lab import engine, lab
 from specfleet_lab.config import LabConfig
 
 from specfleet import cache
-from specfleet.fanout_run import Node, Options, Runner, nodes_from_inventory
+from specfleet.fanout_run import Node, Options, Runner, key_lifetime, nodes_from_inventory
 from tests.conftest import (
     FLEET_PROBE,
     fanout_record_task,
@@ -87,10 +89,10 @@ def make_store(base: Path, salt: bytes, blob_kib: int = 384) -> dict:
     return manifest
 
 
-def ssh(node: Node, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def ssh(node: Node, command: str, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess:
     argv = ["ssh", "-p", str(node.port), "-l", node.user, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
             *(["-i", node.key_file] if node.key_file else []), *node.ssh_args, node.host, command]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 VERIFY = r"""
@@ -191,9 +193,11 @@ def test_source_dies_mid_distribution(lab_units, tmp_path):
     # The dead unit still holds this run's key, and the result says so and when it goes.
     assert list(result["fleet_key"]["may_remain"]) == [dead], result["fleet_key"]
     assert result["fleet_key"]["may_remain"][dead].endswith(f"removed at the start of the next run that reaches {dead}")
-    # (with the run's private key and peers' host keys the driver put there: all of it goes then)
+    # (an entry per peer, with the run's private key and peers' host keys the driver put there:
+    # all of it goes then)
     assert [entry.split()[-1] for entry in fleet_entries(by_name[dead])] == [
-        f"specfleet-fanout:{result['fleet_key']['run']}", "specfleet_fanout", "specfleet_fanout_known_hosts"]
+        f"specfleet-fanout:{result['fleet_key']['run']}"] * (len(lab_units) - 1) + [
+        "specfleet_fanout", "specfleet_fanout_known_hosts"]
     for name, status in result["units"].items():
         if name != dead:
             assert status == "live", result
@@ -215,6 +219,31 @@ def fleet_entries(node: Node) -> list[str]:
     proc = ssh(node, FLEET_PROBE)
     assert proc.returncode == 0, proc.stderr
     return fleet_leftovers(proc.stdout)
+
+
+# Seconds from now (the unit's clock) to an expiry-time value, read as sshd reads it: local time.
+UNTIL = "import sys, time; print(time.mktime(time.strptime(sys.argv[1], '%Y%m%d%H%M%S')) - time.time())"
+
+
+def check_fleet_entries(node: Node, entries: list[str], units: list[Node], run: str, lifetime: int) -> None:
+    """``node``'s fleet key entries while the run lasts: one per other unit, each confined to
+    rrsync, from that unit's address alone, and expiring ``lifetime`` from their install on
+    ``node``'s clock (the test reads them within a few minutes of it)."""
+    from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
+
+    peers = []
+    expiries = set()
+    for entry in entries:
+        options, _, _, comment = fleet_key.split_entry(entry)
+        assert comment == f"specfleet-fanout:{run}", entry
+        assert options.startswith('restrict,expiry-time="'), entry
+        assert options.endswith(f'rrsync -ro {ROOT}/.specfleet/serve"'), entry
+        expiries.add(options.split('expiry-time="', 1)[1].split('"', 1)[0])
+        peers.append(options.split('from="', 1)[1].split('"', 1)[0])
+    assert sorted(peers) == sorted(unit.peer for unit in units if unit.name != node.name), (node.name, entries)
+    (expiry,) = expiries
+    left = float(ssh(node, f"python3 -c {shlex.quote(UNTIL)} {expiry}").stdout)
+    assert lifetime - 300 < left <= lifetime + 1, (node.name, expiry, left, lifetime)
 
 
 def authorized_keys(node: Node) -> str:
@@ -267,12 +296,15 @@ def test_unit_without_rrsync_gets_no_key_and_is_served_by_the_controller(lab_uni
     run = result["fleet_key"]["run"]
     # No fleet key on the unit without rrsync, not even the private one.
     assert during[bare.name] == [], during
+    lifetime = key_lifetime(runner.opt, len(lab_units), runner.workers)
     for node in lab_units:
         if node.name == bare.name:
             continue
-        (entry, *files) = during[node.name]
-        assert entry.startswith('restrict,from="') and f'rrsync -ro {ROOT}/.specfleet/serve"' in entry, entry
-        assert entry.endswith(f" specfleet-fanout:{run}"), entry
+        entries = [entry for entry in during[node.name] if not entry.startswith("file ")]
+        # The bare unit's public key too: its refusal is known only after the prepares, and its
+        # private key never left the controller's run directory (it installed nothing).
+        check_fleet_entries(node, entries, lab_units, run, lifetime)
+        files = during[node.name][len(entries):]
         assert files == ["file specfleet_fanout", "file specfleet_fanout_known_hosts"], during[node.name]
     assert list(result["fleet_key"]["refused"]) == [bare.name]
     message = result["fleet_key"]["refused"][bare.name]
@@ -287,6 +319,58 @@ def test_unit_without_rrsync_gets_no_key_and_is_served_by_the_controller(lab_uni
         assert fleet_entries(node) == [], node.name
         assert ssh(node, "cat ~/.ssh/authorized_keys").stdout == before[node.name], node.name
         assert live_state(node, manifest) == {"live": manifest["id"], "bad": []}, node.name
+
+
+STOLEN = "/tmp/specfleet-test-stolen-fleet-key"
+
+
+def peer_login(unit: Node, key: str, peer: Node) -> subprocess.CompletedProcess:
+    """On ``unit``: log in to ``peer`` as the fan-out does (its known_hosts, no multiplexing)
+    with the private key file ``key`` on ``unit``. rrsync, the forced command, refuses `true`:
+    only ssh's own 255 means the key itself was refused."""
+    argv = ["ssh", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "ControlPath=none",
+            "-o", "UserKnownHostsFile=~/.ssh/specfleet_fanout_known_hosts", "-o", "StrictHostKeyChecking=yes",
+            "-o", "ConnectTimeout=5", "-p", str(peer.peer_port), "-l", peer.user, "--", peer.peer, "true"]
+    return ssh(unit, shlex.join(argv))
+
+
+def test_a_units_fleet_key_works_from_its_own_address_only(lab_units, tmp_path):
+    """A key pair per unit, each authorized from its unit's address alone: B's private key taken
+    to C does not open A, while C's own key does (same host, same command), and so does B's
+    from B. Checked once every unit is prepared, before any copy."""
+    store = tmp_path / "store"
+    manifest = make_store(store, b"v3b", blob_kib=64)
+    a, b, c = lab_units[:3]
+    seen: dict[str, object] = {}
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind != "prepared":
+            return
+        # Collected here, asserted after the run: an exception here would end the run.
+        seen["entries"] = {node.name: fleet_entries(node) for node in lab_units}
+        stolen = ssh(b, "cat ~/.ssh/specfleet_fanout").stdout
+        seen["copied"] = ssh(c, f"umask 077 && cat > {STOLEN}", stdin=stolen).returncode
+        seen["stolen"] = peer_login(c, STOLEN, a)
+        seen["own"] = peer_login(c, "~/.ssh/specfleet_fanout", a)
+        seen["owner"] = peer_login(b, "~/.ssh/specfleet_fanout", a)
+
+    options = Options(root=ROOT, subdir="hub", pieces=4, rsync_timeout=15)
+    runner = Runner(lab_units, store, manifest, options, on_event)
+    try:
+        result = runner.run()
+    finally:
+        ssh(c, f"rm -f {STOLEN}")
+    assert result["ok"], result
+    assert seen["copied"] == 0, seen
+    stolen, own, owner = seen["stolen"], seen["own"], seen["owner"]
+    assert stolen.returncode == 255 and "Permission denied (publickey" in stolen.stderr, stolen
+    for allowed in (own, owner):
+        assert allowed.returncode != 255 and "Permission denied" not in allowed.stderr, allowed
+    lifetime = key_lifetime(options, len(lab_units), runner.workers)
+    for node in lab_units:
+        entries = [entry for entry in seen["entries"][node.name] if not entry.startswith("file ")]
+        check_fleet_entries(node, entries, lab_units, result["fleet_key"]["run"], lifetime)
+        assert fleet_entries(node) == [], node.name  # and the run removed them all
 
 
 def processes(wanted: Callable[[list[str]], bool]) -> list[int]:

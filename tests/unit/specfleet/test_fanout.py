@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils import fanout_unit as fu
+from ansible_collections.specfleet.fleet.plugins.module_utils import fleet_key
 from ansible_collections.specfleet.fleet.plugins.module_utils import store_manifest as sm
 
 from specfleet import fanout as fo
+from specfleet import fanout_run as fr
 from tests import fanout_sim as sim
 
 UNITS = [f"u{i:02d}" for i in range(16)]
@@ -324,8 +328,13 @@ ADMIN = "ssh-ed25519 AAAAadmin admin@controller"
 
 
 def key_request(run_id="run2", peers=("10.0.0.2",)):
-    return {"run_id": run_id, "public_key": f"ssh-ed25519 AAAAfleet{run_id} specfleet-fanout:{run_id}",
-            "private_key": "PRIVATE\n", "known_hosts": "10.0.0.2 ssh-ed25519 AAAAhost\n", "from": list(peers)}
+    return {"run_id": run_id, "private_key": "PRIVATE\n", "known_hosts": "10.0.0.2 ssh-ed25519 AAAAhost\n",
+            "key_lifetime_s": 3600,
+            "authorized": [{"address": peer, "public_key": f"ssh-ed25519 AAAA{peer}{run_id}"} for peer in peers]}
+
+
+# 2025-01-01 12:00:00 UTC, the units' clock in these tests.
+NOW = 1735732800
 
 
 @pytest.fixture
@@ -344,22 +353,78 @@ def home(tmp_path, monkeypatch):
     return ssh
 
 
-def test_install_replaces_every_earlier_runs_key_with_a_confined_one(home, monkeypatch):
+@pytest.fixture
+def utc(monkeypatch):
+    """The units' time zone in these tests (expiry-time is their local time)."""
+    monkeypatch.setenv("TZ", "UTC0")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_install_replaces_every_earlier_runs_key_with_a_confined_one(home, monkeypatch, utc):
     monkeypatch.setattr(fu, "find_rrsync", lambda: "/usr/bin/rrsync")
-    result = fu.install_keys("/var/lib/x", key_request())
+    result = fu.install_keys("/var/lib/x", key_request(), now=NOW)
     assert result["fleet_key"] == "installed" and result["stale_runs"] == ["", "run1"]
+    assert result["expiry_time"] == "20250101130000"  # the unit's clock plus key_lifetime_s
     lines = (home / "authorized_keys").read_text().splitlines()
-    assert lines == [ADMIN, 'restrict,from="10.0.0.2",command="/usr/bin/rrsync -ro /var/lib/x/.specfleet/serve" '
-                            "ssh-ed25519 AAAAfleetrun2 specfleet-fanout:run2"]
+    assert lines == [ADMIN, 'restrict,expiry-time="20250101130000",from="10.0.0.2",'
+                            'command="/usr/bin/rrsync -ro /var/lib/x/.specfleet/serve" '
+                            "ssh-ed25519 AAAA10.0.0.2run2 specfleet-fanout:run2"]
+    assert result["authorized"] == lines[1:]
     assert oct((home / "authorized_keys").stat().st_mode & 0o777) == "0o644"  # as it was
     assert (home / "specfleet_fanout").read_text() == "PRIVATE\n"
     assert oct((home / "specfleet_fanout").stat().st_mode & 0o777) == "0o600"
 
 
+def test_each_peer_key_is_authorized_from_its_own_address_only(home, monkeypatch, utc):
+    """One key pair per unit: a unit's authorized_keys holds each peer's public key, from= that
+    peer's address alone, all named by the run (so the sweep and cleanup remove every one)."""
+    monkeypatch.setattr(fu, "find_rrsync", lambda: "/usr/bin/rrsync")
+    peers = ("10.0.0.11", "10.0.0.12", "10.0.0.13")
+    result = fu.install_keys("/var/lib/x", key_request(peers=peers), now=NOW)
+    entries = (home / "authorized_keys").read_text().splitlines()[1:]
+    assert entries == result["authorized"] and len(entries) == 3
+    for peer, line in zip(peers, entries, strict=True):
+        options, _, key, comment = fleet_key.split_entry(line)
+        assert key == f"AAAA{peer}run2" and comment == "specfleet-fanout:run2"
+        assert options == (f'restrict,expiry-time="20250101130000",from="{peer}",'
+                           'command="/usr/bin/rrsync -ro /var/lib/x/.specfleet/serve"')
+    removed = fu.remove_keys()
+    assert removed["removed_runs"] == ["run2"] and removed["removed_entries"] == entries  # one run, every entry
+    assert (home / "authorized_keys").read_text() == f"{ADMIN}\n"
+
+
+def test_expiry_is_the_units_local_time(home, monkeypatch):
+    """sshd reads expiry-time in the unit's time zone; no Z (OpenSSH before 9.1 refuses it)."""
+    monkeypatch.setattr(fu, "find_rrsync", lambda: "/usr/bin/rrsync")
+    monkeypatch.setenv("TZ", "JST-9")
+    time.tzset()
+    try:
+        result = fu.install_keys("/var/lib/x", key_request(), now=NOW)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert result["expiry_time"] == "20250101220000"  # 13:00 UTC is 22:00 in UTC+9
+    assert 'expiry-time="20250101220000"' in (home / "authorized_keys").read_text()
+
+
+@pytest.mark.parametrize("rrsync", ["/usr/bin/rrsync", None])
+def test_a_lone_unit_gets_no_key_and_old_ones_go(home, monkeypatch, rrsync):
+    """No peer: nothing of this run is installed (an entry without from= is never made, and a
+    private key with no one to pull from is not left lying there); earlier runs' keys still go."""
+    monkeypatch.setattr(fu, "find_rrsync", lambda: rrsync)
+    result = fu.install_keys("/var/lib/x", key_request(peers=()), now=NOW)
+    assert result == {"fleet_key": "none", "reason": "no peer", "stale_runs": ["", "run1"]}
+    assert (home / "authorized_keys").read_text() == f"{ADMIN}\n"
+    assert sorted(p.name for p in home.iterdir()) == ["authorized_keys"]
+
+
 def test_without_rrsync_no_key_is_installed_and_old_ones_go(home, monkeypatch):
     """Fails closed: the old helper installed `restrict,from=` alone (a shell for every peer)."""
     monkeypatch.setattr(fu, "find_rrsync", lambda: None)
-    result = fu.install_keys("/var/lib/x", key_request())
+    result = fu.install_keys("/var/lib/x", key_request(peers=("10.0.0.2", "10.0.0.3")))
     assert result == {"fleet_key": "refused", "reason": "rrsync not found", "stale_runs": ["", "run1"]}
     assert (home / "authorized_keys").read_text() == f"{ADMIN}\n"
     assert not (home / "specfleet_fanout").exists() and not (home / "specfleet_fanout_known_hosts").exists()
@@ -382,7 +447,7 @@ def test_install_then_remove_leaves_authorized_keys_as_it_found_it(tmp_path, mon
     ssh.mkdir()
     before = f"# admins\n{ADMIN}\n\nssh-rsa AAAAB3other ops@laptop\n"
     (ssh / "authorized_keys").write_text(before)
-    fu.install_keys(str(tmp_path / "root"), key_request())
+    fu.install_keys(str(tmp_path / "root"), key_request(peers=("10.0.0.2", "10.0.0.3")))
     removed = fu.remove_keys()
     assert removed["changed"] and removed["removed_runs"] == ["run2"]
     assert sorted(removed["removed_files"]) == [str(ssh / "specfleet_fanout"),
@@ -528,21 +593,60 @@ def test_run_id_is_the_start_time_and_a_token():
     assert fr.new_run_id() != fr.new_run_id()  # a random token: two runs in one second differ
 
 
-def test_driver_makes_a_new_key_per_run_and_drops_it_with_the_run():
+def public_of(private_key: str) -> str:
+    """The public key (type and key, no comment) of an OpenSSH private key."""
+    proc = subprocess.run(["ssh-keygen", "-y", "-f", "/dev/stdin"], input=private_key, capture_output=True,
+                          text=True, check=True)
+    return " ".join(proc.stdout.split()[:2])
+
+
+def test_driver_makes_new_keys_per_run_and_unit_and_drops_them_with_the_run():
     runs = [FakeRunner.make(UNITS[:3]), FakeRunner.make(UNITS[:3])]
     requests = []
     for runner in runs:
         result = runner.run()
         assert result["ok"] and result["fleet_key"]["run"] == runner.run_id
-        (keys,) = {json.dumps(r["keys"]) for c, _, r, _ in runner.calls if c == "prepare"}
-        requests.append(json.loads(keys))
-        assert not runner.tmp.exists()  # the controller's copy of the private key is gone
+        requests.append({name: r["keys"] for c, name, r, _ in runner.calls if c == "prepare"})
+        assert not runner.tmp.exists()  # the controller's copies of the private keys are gone
     assert runs[0].run_id != runs[1].run_id
-    assert requests[0]["private_key"] != requests[1]["private_key"]
-    for runner, keys in zip(runs, requests, strict=True):
-        assert keys["run_id"] == runner.run_id
-        assert keys["public_key"].endswith(f" specfleet-fanout:{runner.run_id}")
-        assert keys["from"] == ["10.0.0.10", "10.0.0.11", "10.0.0.12"]
+    privates = [keys["private_key"] for run in requests for keys in run.values()]
+    assert len(set(privates)) == 6  # a pair per unit and run
+    address = {name: f"10.0.0.{index + 10}" for index, name in enumerate(UNITS[:3])}
+    for runner, by_unit in zip(runs, requests, strict=True):
+        assert sorted(by_unit) == UNITS[:3]
+        public = {name: public_of(keys["private_key"]) for name, keys in by_unit.items()}
+        for name, keys in by_unit.items():
+            assert keys["run_id"] == runner.run_id
+            assert keys["key_lifetime_s"] == fr.key_lifetime(runner.opt, 3, runner.workers)
+            # every other unit's public key, with the address it connects from; never its own
+            assert keys["authorized"] == [{"address": address[peer], "public_key": public[peer]}
+                                          for peer in UNITS[:3] if peer != name]
+
+
+def test_the_request_per_unit_stays_small_for_60_units():
+    """A key pair per unit: the prepare request grows by a public key and an address per peer."""
+    runner = FakeRunner.make(UNITS[:1])
+    nodes = [fr.Node(f"u{i:02d}", f"10.0.{i // 250}.{i % 250 + 1}") for i in range(60)]
+    runner.nodes = {node.name: node for node in nodes}
+    runner.host_keys = {node.name: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + "h" * 32 for node in nodes}
+    try:
+        requests = runner.key_request(nodes)
+    finally:
+        shutil.rmtree(runner.tmp, ignore_errors=True)
+    sizes = [len(json.dumps(request)) for request in requests.values()]
+    assert len(sizes) == 60 and max(sizes) < 16_000, max(sizes)  # known_hosts ~6 kB, peers ~7 kB
+
+
+def test_key_lifetime_is_the_runs_longest_life_from_its_own_limits():
+    """Prepares (PREPARE_TIMEOUT, ``workers`` at a time), then per target its pieces and the
+    log2 rounds before it has a source, each up to max_attempts copies of pull_timeout, plus
+    KEY_MARGIN."""
+    defaults = fr.Options()
+    assert defaults.pull_timeout() == 600
+    assert fr.key_lifetime(defaults, 4, 4) == 600 + (8 + 3) * 4 * 600 + 600
+    assert fr.key_lifetime(defaults, 60, 32) == 2 * 600 + (8 + 6) * 4 * 600 + 600
+    fast = fr.Options(pieces=2, max_attempts=2, rsync_timeout=15)
+    assert fr.key_lifetime(fast, 1, 4) == 600 + (2 + 1) * 2 * 300 + 600
 
 
 def test_driver_serves_a_unit_without_rrsync_from_the_controller_only():

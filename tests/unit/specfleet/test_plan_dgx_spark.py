@@ -240,10 +240,11 @@ def test_policy_accepts_dgx_spark_and_checks_its_new_variables():
 
 def test_expected_facts_for_a_spark_need_no_l4t():
     assert policy_module.expected_facts_problems({"device_class": "dgx_spark", "memory_mb": 124545}) == []
-    assert policy_module.expected_facts_problems({"device_class": "dgx_spark", "memory_mb": 1, "l4t": "36.4.3"}) == [
+    spark = {"device_class": "dgx_spark", "memory_mb": 124545}
+    assert policy_module.expected_facts_problems({**spark, "l4t": "36.4.3"}) == [
         "specfleet_expected_facts.l4t: dgx_spark runs no L4T; leave it out or null, got '36.4.3'"]
     # A Jetson still needs its L4T.
-    assert policy_module.expected_facts_problems({"device_class": "thor", "memory_mb": 1}) == [
+    assert policy_module.expected_facts_problems({"device_class": "thor", "memory_mb": 125771}) == [
         "specfleet_expected_facts.l4t: missing; the plan needs it"]
 
 

@@ -92,11 +92,23 @@ def test_declared_facts_like_the_inventories_are_valid():
         ({"memory_mb": 0}, "specfleet_expected_facts.memory_mb"),
         ({"cuda": 13.0}, "specfleet_expected_facts.cuda"),
         ({"device_class": None}, "specfleet_expected_facts.device_class"),
+        ({"memory_mb": 1_000_000}, "specfleet_expected_facts.memory_mb"),  # more than any Thor has
+        ({"memory_mb": 7441}, "specfleet_expected_facts.memory_mb"),  # an Orin Nano's, not a Thor's
+        ({"memroy_mb": 1}, "specfleet_expected_facts.memroy_mb"),
     ],
 )
 def test_bad_declared_facts_name_the_key(changes, variable):
     problems = policy.expected_facts_problems({**THOR_FACTS, **changes})
     assert [problem.split(":")[0] for problem in problems] == [variable], problems
+
+
+def test_impossible_memory_and_misspelt_keys_say_why():
+    assert policy.expected_facts_problems({**THOR_FACTS, "memory_mb": 7441, "memroy_mb": 3}) == [
+        "specfleet_expected_facts.memory_mb: 7441 MiB cannot be a thor's memory (32..128 GiB, 32768..131072 MiB)",
+        "specfleet_expected_facts.memroy_mb: not a fact of a unit; did you mean memory_mb?",
+    ]
+    # A facts file is what a unit reported: keys a newer module adds are not refused.
+    assert policy.expected_facts_problems({**THOR_FACTS, "new_fact": 1}, name="facts") == []
 
 
 def test_declared_facts_missing_what_the_plan_needs():

@@ -55,11 +55,25 @@ def test_conversions_role_entry_accepts_are_accepted():
         ({"specfleet_image_ref": "vllm/vllm-openai"}, "specfleet_image_ref", "no tag or digest"),
         ({"specfleet_image_ref": "https://ghcr.io/x/y:1"}, "specfleet_image_ref", "no scheme"),
         ({"specfleet_docker_gpu_smoke_test": "yes"}, "specfleet_docker_gpu_smoke_test", "smoke_image is empty"),
+        ({"specfleet_image_ref": "vllm/vllm-openai:v1\nRUN x"}, "specfleet_image_ref", "has a line break"),
+        ({"specfleet_fanout_root": "/srv/x'; touch /tmp/y"}, "specfleet_fanout_root", "has a quote, backslash"),
+        ({"specfleet_bootstrap_apt_mirror": {"uri": "http://m.lan/ubuntu\ndeb http://evil x main", "suite": "jammy",
+                                             "key": "-----BEGIN PGP PUBLIC KEY BLOCK-----\nabc\n"}},
+         "specfleet_bootstrap_apt_mirror.uri", "has a line break"),
+        ({"specfleet_bootstrap_apt_mirror": {"uri": "http://m.lan/ubuntu", "suite": "jammy",
+                                             "components": ["main\r"], "key": "k"}},
+         "specfleet_bootstrap_apt_mirror.components[0]", "has a line break"),
     ],
 )
 def test_bad_role_variable_names_it(values, variable, fragment):
     problems = role_args.problems(values, SPECS)
     assert any(problem.startswith(variable + ":") and fragment in problem for problem in problems), problems
+
+
+def test_a_mirror_key_is_the_one_multi_line_value():
+    mirror = {"uri": "http://m.lan/ubuntu", "suite": "jammy", "components": ["main"],
+              "key": "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBF\n-----END PGP PUBLIC KEY BLOCK-----\n"}
+    assert role_args.problems({"specfleet_bootstrap_apt_mirror": mirror}, SPECS) == []
 
 
 @pytest.mark.parametrize(

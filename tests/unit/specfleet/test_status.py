@@ -495,7 +495,7 @@ RECORDED_ADDRESSES = {"here-01": "127.0.0.9", "gone-01": "127.0.0.1"}
 
 
 def test_recorded_run_becomes_one_read_per_unit():
-    document = status.ansible_document(RECORDED_RUN)
+    document, _where = status.ansible_document(RECORDED_RUN)
     reads = status.reads_from_ansible(document, RECORDED_NONCE, RECORDED_ADDRESSES, seconds=1.5)
     assert [(read.host, read.address) for read in reads] == [("here-01", "127.0.0.9"), ("gone-01", "127.0.0.1")]
     here, gone = reads
@@ -525,7 +525,7 @@ def test_output_through_a_pty_reads_the_same():
 
 def test_a_wrong_nonce_reads_no_sections():
     # The trailers are matched by the run's own nonce only.
-    (here, _gone) = status.reads_from_ansible(status.ansible_document(RECORDED_RUN), "other", RECORDED_ADDRESSES)
+    (here, _gone) = status.reads_from_ansible(status.ansible_document(RECORDED_RUN)[0], "other", RECORDED_ADDRESSES)
     assert here.error is None and here.sections == {}
 
 
@@ -538,7 +538,9 @@ def test_a_wrong_nonce_reads_no_sections():
     ids=["timer-after", "text-before"],
 )
 def test_document_found_among_other_callbacks_output(stdout):
-    assert status.ansible_document(stdout) == json.loads(RECORDED_RUN)
+    document, (start, end) = status.ansible_document(stdout)
+    assert document == json.loads(RECORDED_RUN)
+    assert json.loads(stdout[start:end]) == document  # the rest is -v's and other callbacks' text
 
 
 @pytest.mark.parametrize("stdout", ["", "[ERROR]: boom\n", '{"custom_stats": {}}\n', RECORDED_RUN[:200]])
@@ -719,6 +721,7 @@ def test_ansible_argv():
     assert "--limit" not in status.ansible_argv("inv", None, "c", 10, 3)
     assert status.ansible_argv("inv", None, "c", 10, 3)[-2:] == ["--forks", "3"]
     assert status.ansible_argv("inv", None, "c", 0.2, 1)[-6:-2] == ["-T", "1", "--task-timeout", "2"]
+    assert status.ansible_argv("inv", None, "c", 10, 3, verbosity=3)[-1] == "-vvv"
     assert status.ANSIBLE_ENV == {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
 
 

@@ -228,3 +228,14 @@ def test_hosts_that_disagree_on_the_table_are_refused_by_name():
 def test_a_table_that_is_not_names_and_sha256_is_refused(table):
     with pytest.raises(ValueError, match="specfleet_tiktoken_encodings: "):
         store.tiktoken_table(table)
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "release/2025-01", "refs/pr/3", "a" * 40, "abc1234"])
+def test_a_branch_tag_commit_or_pr_ref_is_a_revision(revision):
+    assert store.revision_problem(revision) is None
+
+
+@pytest.mark.parametrize("revision", ["../x", "..", "/etc", "-x", "a b", "x.lock", ".hidden", "a//b", "x@{1}",
+                                      "a/.b", "", "x\ny", "x:y", "x~1", "x^", "x?", "x*", "x[", "x\\y", "a/", "a."])
+def test_a_revision_that_could_leave_the_store_or_is_no_ref_is_refused(revision):
+    assert store.revision_problem(revision).startswith("--revision ")

@@ -51,3 +51,13 @@ def test_removes_every_runs_key_then_changes_nothing(capsys, ssh):
 def test_a_unit_without_authorized_keys_is_no_change(capsys, tmp_path):
     result = run_module(capsys, {"ssh_dir": str(tmp_path / "missing")})
     assert result["changed"] is False and not (tmp_path / "missing").exists()
+
+
+def test_a_run_with_an_entry_per_peer_is_named_once(capsys, tmp_path):
+    """A run leaves one entry per peer (a key pair per unit): every entry goes, the run is named once."""
+    peer = RUN1.replace("AAAAfleet", "AAAApeer")
+    (tmp_path / "authorized_keys").write_text(ADMIN + RUN1 + peer + RUN1.replace("AAAAfleet", "AAAAthird"))
+    result = run_module(capsys, {"ssh_dir": str(tmp_path), "_ansible_diff": True})
+    assert result["changed"] is True and result["removed_runs"] == ["run1"]
+    assert result["diff"]["before"].count("specfleet-fanout:run1") == 3
+    assert (tmp_path / "authorized_keys").read_text() == ADMIN
