@@ -316,7 +316,11 @@ def block_work(bench: Bench, speed: Speed, side: str, warm_up: bool, check: bool
             for _ in range(bench.repetitions):
                 total += batch(bench.run_size(level, workload), bench.max_tokens, level, speed, side)
         if check and bench.output_check:
-            total += batch(min(bench.output_check, size), bench.max_tokens, 1, speed, side)
+            checked = min(bench.output_check, size)
+            # Each prompt twice at c=1 (its repeat), then all of them in one batch at the top level.
+            total += batch(2 * checked, bench.max_tokens, 1, speed, side)
+            if top > 1:
+                total += batch(checked, bench.max_tokens, top, speed, side)
     return total
 
 

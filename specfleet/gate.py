@@ -38,9 +38,13 @@ Rules (thresholds from seed 000 and the policy; statistics in specfleet.paired):
   difference behind a cold start of the first, and the scan is the only other view of it.
 - The output check compares the tokens each side generated for the same request: a first
   divergence where the baseline's two best candidates were within
-  ``specfleet_gate_tie_logprob_gap`` is a numerics tie (reported); one where the baseline was
-  confident reverts, and so does a speculative server that answers the same request
-  differently twice.
+  ``specfleet_gate_tie_logprob_gap`` in any baseline answer that reached it is a numerics tie
+  (reported); one where every baseline answer was confident reverts. The same rule judges
+  each side's own repeat: a speculative server that answers the same request otherwise where
+  it was confident reverts, a tie is noted on either side. A server that sent no alternative
+  leaves the prompt inconclusive. Answers of a batch revert when the speculative side diverges
+  confidently beyond the baseline's own batch. A check for which the speculative server did
+  not draft says so: its outputs were not checked with speculation on.
 - Either side's benchmark not ``ok`` reverts, with its failure.
 
 Throughput at a concurrency is compared through the set's time per output token (the sum of
@@ -541,6 +545,13 @@ def judged_from(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], work
 
 
 # ---- the output check -------------------------------------------------------------------------------
+# How a first divergence between two answers to the same request is judged, on either side and
+# against the reference alike: where the lead of the answer's top token over the next is within
+# the tie gap it is a numerics tie (reported), beyond it a confident divergence, and where the
+# server sent no alternative the prompt is inconclusive (never a divergence).
+TIE, CONFIDENT, INCONCLUSIVE = "tie", "confident", "inconclusive"
+
+
 def first_divergence(base: Sequence[str], cand: Sequence[str]) -> int | None:
     """Index of the first token where the two answers differ (one ending early counts); None
     when they are the same."""
@@ -550,79 +561,251 @@ def first_divergence(base: Sequence[str], cand: Sequence[str]) -> int | None:
     return None if len(base) == len(cand) else min(len(base), len(cand))
 
 
-def _first_c1_texts(bench: Mapping[str, Any], workload: str) -> dict[str, str]:
-    """prompt -> text digest of the first concurrency-1 run: the requests the output check repeats."""
-    runs = (cell(bench, workload, SINGLE) or {}).get("runs") or []
-    return {request["prompt"]: request["text"] for request in (runs[0].get("requests") if runs else []) or []
-            if request.get("prompt") and request.get("text")}
+def _lead(answer: Mapping[str, Any], index: int) -> float | None:
+    """The answer's lead at token ``index`` (its logprob over the best alternative's); None where
+    the server sent no alternative or the answer ended before it."""
+    margins = answer.get("margins") or []
+    return margins[index] if index < len(margins) else None
+
+
+def divergence_kind(index: int, references: Sequence[Mapping[str, Any]], tie_gap: float) -> tuple[str, float | None]:
+    """A divergence from ``references[0]`` at token ``index``, judged by every reference answer
+    that reached that token (its tokens before it the same): confident only when each led there
+    by more than ``tie_gap``; a tie when one led by less, or itself took another token there;
+    inconclusive when one sent no alternative there. Returns (kind, the smallest lead seen)."""
+    reference = references[0]["tokens"]
+    leads: list[float] = []
+    for answer in references:
+        tokens = answer.get("tokens") or []
+        if tokens[:index] != reference[:index] or len(tokens) <= index:
+            continue  # it went elsewhere before, or ended: it did not reach this token
+        if index < len(reference) and tokens[index] != reference[index]:
+            return TIE, min(leads, default=None)  # the baseline itself answers otherwise here
+        lead = _lead(answer, index)
+        if lead is None:
+            return INCONCLUSIVE, None
+        leads.append(lead)
+    if not leads:
+        return INCONCLUSIVE, None
+    smallest = min(leads)
+    return (TIE if smallest <= tie_gap else CONFIDENT), smallest
+
+
+def self_disagreement(answer: Mapping[str, Any], tie_gap: float) -> dict[str, Any] | None:
+    """The same request answered twice by one server (the check's repeat), judged by the tie
+    rule over both answers; None when they agree (or there is no repeat)."""
+    repeat = answer.get("repeat") or {}
+    if not answer.get("tokens") or not repeat.get("tokens"):
+        return None
+    index = first_divergence(answer["tokens"], repeat["tokens"])
+    if index is None:
+        return None
+    # Each answer's own lead for the token it took there (one that ended has none to give).
+    reached = [sent for sent in (answer, repeat) if index < len(sent["tokens"])]
+    leads = [_lead(sent, index) for sent in reached]
+    if not reached or None in leads:
+        return {"position": index, "lead": None, "kind": INCONCLUSIVE}
+    lead = min(lead for lead in leads if lead is not None)
+    return {"position": index, "lead": lead, "kind": TIE if lead <= tie_gap else CONFIDENT}
+
+
+def _drafted(answer: Mapping[str, Any]) -> bool | None:
+    """Whether the server drafted while answering (either send); None without counters."""
+    counts = [sent.get("drafts") for sent in (answer, answer.get("repeat") or {})]
+    known = [count for count in counts if count is not None]
+    return None if not known else any(count > 0 for count in known)
+
+
+def fisher_one_sided(hits_a: int, total_a: int, hits_b: int, total_b: int) -> float:
+    """P(A shows ``hits_a`` or more of the hits) when hits fall on A's and B's answers alike
+    (Fisher's exact test, one-sided): how surprising A's excess is."""
+    hits, total = hits_a + hits_b, total_a + total_b
+    ways = math.comb(total, hits)
+    return sum(math.comb(total_a, k) * math.comb(total_b, hits - k)
+               for k in range(hits_a, min(hits, total_a) + 1)) / ways if ways else 1.0
 
 
 def output_check(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], tie_gap: float,
-                 reference: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 reference: Mapping[str, Any] | None = None, confidence: float = 0.9) -> dict[str, Any]:
     """Token by token, each speculative block's answers against the baseline's (``reference``'s,
-    else the first baseline block's), for every prompt both checked: ``diverged`` (confident
-    divergences: revert), ``ties`` (first divergence where the baseline's two best tokens were
-    within ``tie_gap``), ``unstable`` (a side that answered the same request differently in the
-    same block), ``compared``."""
-    result: dict[str, Any] = {"compared": 0, "identical": 0, "ties": [], "diverged": [], "unstable": [],
-                              "unavailable": []}
-    baseline = reference or next((bench for bench, side in zip(benches, sides, strict=True)
-                                  if side == paired.BASELINE), None)
-    for bench, side in zip(benches, sides, strict=True):
+    else the first baseline block's; every baseline answer that reached a token judges it):
+    ``diverged`` (confident divergences: revert), ``ties``, ``inconclusive`` (a reference that
+    sent no alternative there, or answers itself otherwise), ``compared``, ``identical``;
+    ``self`` (per side, the same request answered twice otherwise: ``tie``, ``confident``,
+    ``inconclusive``); ``drafting`` (the speculative answers its server drafted for:
+    ``confirmed``, ``not_drafted``, ``unknown``); ``batched`` (the answers of a batch against
+    the reference, the speculative side's confident divergences tested against the baseline's
+    own at ``confidence``)."""
+    result: dict[str, Any] = {"compared": 0, "identical": 0, "ties": [], "diverged": [], "inconclusive": [],
+                              "unavailable": [], "self": {paired.BASELINE: [], paired.SPECULATIVE: []},
+                              "drafting": {"confirmed": 0, "not_drafted": 0, "unknown": 0},
+                              "repeats": None, "batched": None}
+    pairs = list(zip(benches, sides, strict=True))
+    baselines = [bench for bench, side in pairs if side == paired.BASELINE and bench.get("outputs")]
+    baselines = ([reference] if reference is not None else []) + [b for b in baselines if b is not reference]
+    for bench, side in pairs:
+        result["repeats"] = result["repeats"] or (bench.get("output_check") or {}).get("repeats")
         for workload, answers in (bench.get("outputs") or {}).items():
-            measured = _first_c1_texts(bench, workload)
             for prompt, answer in answers.items():
-                if measured.get(prompt) and measured[prompt] != answer.get("text"):
-                    result["unstable"].append({"side": side, "workload": workload, "prompt": prompt})
-    if baseline is None:
+                found = self_disagreement(answer, tie_gap)
+                if found is not None:
+                    result["self"][side].append({"workload": workload, "prompt": prompt, **found})
+    if not baselines:
         return result
-    for bench, side in zip(benches, sides, strict=True):
+    confidently_unstable = {(entry["workload"], entry["prompt"]) for entry in result["self"][paired.BASELINE]
+                            if entry["kind"] == CONFIDENT}
+
+    def references(workload: str, prompt: str) -> list[Mapping[str, Any]]:
+        found = [((bench.get("outputs") or {}).get(workload) or {}).get(prompt) for bench in baselines]
+        answers = [answer for answer in found if answer and answer.get("tokens")]
+        return answers + [answer["repeat"] for answer in answers if (answer.get("repeat") or {}).get("tokens")]
+
+    def judged(workload: str, prompt: str, answer: Mapping[str, Any]) -> dict[str, Any] | None:
+        """None: identical; else the divergence with its kind; raises LookupError: nothing to compare."""
+        base = references(workload, prompt)
+        if not base or not answer.get("tokens"):
+            raise LookupError
+        index = first_divergence(base[0]["tokens"], answer["tokens"])
+        if index is None:
+            return None
+        kind, gap = divergence_kind(index, base, tie_gap)
+        if (workload, prompt) in confidently_unstable:
+            kind = INCONCLUSIVE  # the baseline disagrees with itself there: no reference
+        tokens = base[0]["tokens"]
+        return {"workload": workload, "prompt": prompt, "position": index, "baseline_gap": gap, "kind": kind,
+                "baseline_token": tokens[index] if index < len(tokens) else None,
+                "speculative_token": answer["tokens"][index] if index < len(answer["tokens"]) else None}
+
+    for bench, side in pairs:
         if side != paired.SPECULATIVE:
             continue
         for workload, answers in (bench.get("outputs") or {}).items():
-            reference = (baseline.get("outputs") or {}).get(workload) or {}
             for prompt, answer in answers.items():
-                base = reference.get(prompt)
-                if not base or not base.get("tokens") or not answer.get("tokens"):
+                try:
+                    found = judged(workload, prompt, answer)
+                except LookupError:
                     result["unavailable"].append({"workload": workload, "prompt": prompt})
                     continue
                 result["compared"] += 1
-                index = first_divergence(base["tokens"], answer["tokens"])
-                if index is None:
+                drafted = _drafted(answer)
+                result["drafting"]["unknown" if drafted is None else "confirmed" if drafted else "not_drafted"] += 1
+                if found is None:
                     result["identical"] += 1
-                    continue
-                margins = base.get("margins") or []
-                gap = margins[index] if index < len(margins) else None
-                found = {"workload": workload, "prompt": prompt, "position": index, "baseline_gap": gap,
-                         "baseline_token": base["tokens"][index] if index < len(base["tokens"]) else None,
-                         "speculative_token": answer["tokens"][index] if index < len(answer["tokens"]) else None}
-                (result["ties"] if gap is not None and gap <= tie_gap else result["diverged"]).append(found)
+                else:
+                    {TIE: result["ties"], CONFIDENT: result["diverged"],
+                     INCONCLUSIVE: result["inconclusive"]}[found.pop("kind")].append(found)
+    result["batched"] = _batched(pairs, judged, confidence)
     return result
 
 
-def _output_checks(found: Mapping[str, Any], tie_gap: float) -> list[dict[str, Any]]:
+def _batched(pairs: Sequence[tuple[Mapping[str, Any], str]], judged: Any, confidence: float) -> dict[str, Any] | None:
+    """Each side's answers of a batch against the reference answers (at c=1): how many each
+    side diverged from confidently, and whether the speculative side's count is beyond the
+    baseline's own at ``confidence`` (one-sided Fisher)."""
+    counts = {paired.BASELINE: [0, 0], paired.SPECULATIVE: [0, 0]}
+    first: dict[str, Any] | None = None
+    level = None
+    for bench, side in pairs:
+        for workload, batch in (bench.get("outputs_batched") or {}).items():
+            level = batch.get("concurrency") or level
+            for prompt, answer in (batch.get("answers") or {}).items():
+                try:
+                    found = judged(workload, prompt, answer)
+                except LookupError:
+                    continue
+                counts[side][1] += 1
+                if found is not None and found["kind"] == CONFIDENT:
+                    counts[side][0] += 1
+                    if side == paired.SPECULATIVE and first is None:
+                        first = {key: found[key] for key in ("workload", "prompt", "position")}
+    if not counts[paired.SPECULATIVE][1] or not counts[paired.BASELINE][1]:
+        return None
+    (spec_hits, spec_total), (base_hits, base_total) = counts[paired.SPECULATIVE], counts[paired.BASELINE]
+    p_value = fisher_one_sided(spec_hits, spec_total, base_hits, base_total)
+    return {"concurrency": level, "speculative": {"diverged": spec_hits, "compared": spec_total},
+            "baseline": {"diverged": base_hits, "compared": base_total}, "p_value": round(p_value, 4),
+            "beyond": spec_hits > 0 and p_value < 1 - confidence, "first": first}
+
+
+def _output_checks(found: Mapping[str, Any], tie_gap: float, confidence: float) -> list[dict[str, Any]]:
     checks = []
-    unstable = [entry for entry in found["unstable"] if entry["side"] == paired.SPECULATIVE]
+    unstable = [entry for entry in found["self"][paired.SPECULATIVE] if entry["kind"] == CONFIDENT]
     if unstable:
         first = unstable[0]
         checks.append({"workload": first["workload"], "check": "output_check", "verdict": FAIL,
                        "reason": f"{first['workload']}: the speculative server answered the same request "
-                                 f"differently twice at temperature 0 ({len(unstable)} prompt(s), first "
-                                 f"{first['prompt']})"})
+                                 f"differently twice at temperature 0 where it was confident ({len(unstable)} "
+                                 f"prompt(s), first {first['prompt']} at token {first['position']}, its lead "
+                                 f"{first['lead']:.3f} > {tie_gap})"})
     if found["diverged"]:
         first = found["diverged"][0]
-        gap = "no alternative sent" if first["baseline_gap"] is None else f"{first['baseline_gap']:.3f}"
         checks.append({"workload": first["workload"], "check": "output_check", "verdict": FAIL,
                        "reason": f"{first['workload']}: speculation changed the output where the baseline was "
                                  f"confident ({len(found['diverged'])} of {found['compared']} answers; first at "
                                  f"token {first['position']} of {first['prompt']}: {first['baseline_token']!r} -> "
-                                 f"{first['speculative_token']!r}, the baseline's lead {gap} > {tie_gap})"})
-    elif found["compared"]:
+                                 f"{first['speculative_token']!r}, the baseline's lead "
+                                 f"{first['baseline_gap']:.3f} > {tie_gap} in every baseline answer)"})
+    batched = found.get("batched")
+    if batched and batched["beyond"]:
+        spec, base, first = batched["speculative"], batched["baseline"], batched["first"]
+        checks.append({"workload": first["workload"], "check": "output_check", "verdict": FAIL,
+                       "reason": f"{first['workload']}: in a batch of {batched['concurrency']} speculation changed "
+                                 f"the output where the baseline was confident in {spec['diverged']} of "
+                                 f"{spec['compared']} answers, the baseline's own batch in {base['diverged']} of "
+                                 f"{base['compared']} (p {batched['p_value']:.3f} < {1 - confidence:.2f}; first at "
+                                 f"token {first['position']} of {first['prompt']})"})
+    drafting = found["drafting"]
+    if found["compared"] and not drafting["confirmed"] and drafting["not_drafted"]:
+        checks.append({"workload": "outputs", "check": "output_check", "verdict": NOTE,
+                       "reason": f"outputs: {NOT_CHECKED_WITH_SPECULATION}: the speculative server drafted for "
+                                 f"none of its {found['compared']} checked answers (an image whose vLLM serves a "
+                                 "request asking for logprobs without speculation, vllm#34497)"})
+    elif found["compared"] and not checks:
         ties = f"; {len(found['ties'])} diverged at a numerics tie (lead <= {tie_gap})" if found["ties"] else ""
         checks.append({"workload": "outputs", "check": "output_check", "verdict": PASS,
                        "reason": f"outputs: {found['identical']} of {found['compared']} answers identical token by "
-                                 f"token with and without speculation{ties}"})
+                                 f"token with and without speculation{ties}; {drafting_text(drafting)}"})
     return checks
+
+
+NOT_CHECKED_WITH_SPECULATION = "outputs not checked with speculation on"
+
+
+def drafting_text(drafting: Mapping[str, int]) -> str:
+    """How many checked answers the speculative server was seen drafting for."""
+    total = sum(drafting.values())
+    text = f"{drafting['confirmed']} of {total} checked with drafting confirmed on"
+    return text + (f" ({drafting['unknown']} without counters)" if drafting["unknown"] else "")
+
+
+def output_notes(found: Mapping[str, Any], tie_gap: float) -> list[str]:
+    """What the output check found that decides nothing: self-disagreements at a tie (either
+    side: the same rule), a baseline that disagrees with itself where it was confident, prompts
+    left inconclusive, how the repeats avoided the prefix cache."""
+    notes = []
+    for side in (paired.BASELINE, paired.SPECULATIVE):
+        ties = [entry for entry in found["self"][side] if entry["kind"] != CONFIDENT]
+        if ties:
+            notes.append(f"outputs: the {side} answered the same request differently twice at a numerics tie "
+                         f"or without alternatives ({len(ties)} prompt(s), lead <= {tie_gap}): noted, as on "
+                         "either side")
+    confident = [entry for entry in found["self"][paired.BASELINE] if entry["kind"] == CONFIDENT]
+    if confident:
+        notes.append(f"outputs: the baseline answered the same request differently twice where it was confident "
+                     f"({len(confident)} prompt(s)): its own numerics are not deterministic, those prompts are "
+                     "inconclusive")
+    if found["inconclusive"]:
+        notes.append(f"outputs: {len(found['inconclusive'])} answer(s) inconclusive (the baseline sent no "
+                     "alternative there, or answers otherwise itself)")
+    if found.get("repeats"):
+        notes.append(f"outputs: each answer repeated with {found['repeats']}")
+    batched = found.get("batched")
+    if batched and not batched["beyond"]:
+        notes.append(f"outputs at c={batched['concurrency']}: speculation diverged confidently in "
+                     f"{batched['speculative']['diverged']} of {batched['speculative']['compared']} answers, the "
+                     f"baseline in {batched['baseline']['diverged']} of {batched['baseline']['compared']}: "
+                     "within the baseline's own")
+    return notes
 
 
 def checked_reference(blocks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -720,16 +903,14 @@ def decide(blocks: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], compa
             verdict, said = PASS, ": within the noise"
         result["checks"].append({"workload": workloads[0], "check": "drift", "verdict": verdict,
                                  "reason": f"{workloads[0]}: {text}{said}"})
-    found = output_check(benches, sides, merged["specfleet_gate_tie_logprob_gap"],
-                         bench_of(reference) if reference is not None else None)
+    tie_gap = merged["specfleet_gate_tie_logprob_gap"]
+    found = output_check(benches, sides, tie_gap, bench_of(reference) if reference is not None else None,
+                         merged["specfleet_gate_confidence"])
     result["output_check"] = found
-    result["checks"].extend(_output_checks(found, merged["specfleet_gate_tie_logprob_gap"]))
+    result["checks"].extend(_output_checks(found, tie_gap, merged["specfleet_gate_confidence"]))
     if not found["compared"]:
         notes.append("outputs: token-level comparison unavailable (no output check on both sides)")
-    baseline_unstable = [entry for entry in found["unstable"] if entry["side"] == paired.BASELINE]
-    if baseline_unstable:
-        notes.append(f"outputs: the baseline answered the same request differently twice "
-                     f"({len(baseline_unstable)} prompt(s)): its own numerics are not deterministic")
+    notes.extend(output_notes(found, tie_gap))
 
     for item in result["checks"]:
         {FAIL: failing, OPEN: opened, PASS: passing, NOTE: notes}[item["verdict"]].append(item["reason"])

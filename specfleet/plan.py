@@ -42,6 +42,24 @@ def image_fits(image: Image, device_class: str, l4t: str | None, unit_cuda: str 
     return unit_major is not None and _cuda_major(image.cuda) <= unit_major
 
 
+# From about this vLLM a request that asks for logprobs is decoded with speculation; before it,
+# without (vllm-project/vllm#34497): the output check asks for logprobs.
+LOGPROBS_DRAFTED_SINCE = (0, 14)
+
+
+def logprob_drafting_note(vllm_version: str | None) -> str | None:
+    """What the plan says about the output check on an image whose vLLM may serve a logprob
+    request without speculative decoding; None where it drafts for one."""
+    if vllm_version is None:
+        return ("outputs may not be checked with speculation on: this image's vLLM version is not known, and before "
+                "about 0.14 vLLM serves a request asking for logprobs without speculation (vllm#34497); the "
+                "check reads the drafting counters and says so")
+    if version_key(vllm_version)[:2] < LOGPROBS_DRAFTED_SINCE:
+        return (f"outputs not checked with speculation on: vLLM {vllm_version} serves a request asking for logprobs "
+                "without speculation (vllm#34497), so the output check compares the baseline with itself")
+    return None
+
+
 def select_image(catalog: Catalog, device_class: str, l4t: str | None, unit_cuda: str | None) -> Image | None:
     return next(
         (
@@ -284,6 +302,9 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
     plan["vllm_version"] = image.vllm_version
     if image.digest is None:
         plan["notes"].append(f"{image.ref} is a mutable tag with no pinned digest")
+    drafting = logprob_drafting_note(image.vllm_version)
+    if drafting:
+        plan["notes"].append(drafting)
 
     unit_gib = facts["memory_mb"] * GIB_PER_MIB
     kv_gib = policy["specfleet_min_kv_cache_gib"]

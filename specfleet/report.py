@@ -23,7 +23,7 @@ from typing import Any
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
-from specfleet import attention, batch_table, compare, loading, sweep, variables
+from specfleet import attention, batch_table, compare, gate, loading, sweep, variables
 from specfleet.console import units_text
 
 DECISIONS = ("kept", "reverted", "failed")
@@ -169,17 +169,32 @@ def drift(record: Mapping) -> float | None:
 
 
 def output_check(record: Mapping) -> str | None:
-    """The token-level output check in a few words: identical answers, ties, divergences."""
+    """The token-level output check in a few words: identical answers, ties, divergences, how
+    many were checked with drafting confirmed on, a batch's divergences, each side's repeats."""
     found = (record.get("measurement") or {}).get("output_check") or {}
     if not found.get("compared"):
         return None
-    text = f"{found.get('identical', 0)}/{found['compared']} identical"
+    drafting = found.get("drafting") or {}
+    if drafting and not drafting.get("confirmed") and drafting.get("not_drafted"):
+        text = f"{gate.NOT_CHECKED_WITH_SPECULATION} (0/{found['compared']} drafted)"
+    else:
+        text = f"{found.get('identical', 0)}/{found['compared']} identical"
+        if drafting:
+            text += f", {drafting.get('confirmed', 0)}/{found['compared']} drafting confirmed"
     if found.get("ties"):
         text += f", {len(found['ties'])} numerics tie(s)"
     if found.get("diverged"):
         text += f", {len(found['diverged'])} DIVERGED"
-    if found.get("unstable"):
-        text += f", {len(found['unstable'])} unstable"
+    if found.get("inconclusive"):
+        text += f", {len(found['inconclusive'])} inconclusive"
+    batched = found.get("batched") or {}
+    if batched:
+        spec = batched.get("speculative") or {}
+        text += (f", c={batched.get('concurrency')} {spec.get('diverged', 0)}/{spec.get('compared', 0)} diverged"
+                 + (" BEYOND the baseline's" if batched.get("beyond") else ""))
+    for side, entries in (found.get("self") or {}).items():
+        if entries:
+            text += f", {side} unstable {len(entries)}"
     return text
 
 

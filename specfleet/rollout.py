@@ -567,7 +567,8 @@ def measurement(verdict: Mapping[str, Any]) -> dict[str, Any]:
         # speedup threshold drawn on its charts).
         "thresholds": dict(verdict.get("thresholds") or {}),
         "drift": verdict.get("drift"),
-        "output_check": {key: found.get(key) for key in ("compared", "identical", "ties", "diverged", "unstable")},
+        "output_check": {key: found.get(key) for key in ("compared", "identical", "ties", "diverged", "inconclusive",
+                                                          "self", "drafting", "repeats", "batched")},
     }
 
 

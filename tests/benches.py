@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import text_digest
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import REPEATS_SALTED, text_digest
 
 WORKLOADS = ("code_edit", "chat")
 PROMPTS = 16
@@ -54,26 +54,33 @@ def _cell(workload: str, level: int, speed: float, prompts: int, noise: Callable
     }
 
 
-def answer(prompt: str, diverge_at: int | None = None) -> dict[str, Any]:
+def answer(prompt: str, diverge_at: int | None = None, drafts: int | None = None) -> dict[str, Any]:
     """The output check's record of one answer: tokens, and the baseline's lead per token (a tie
-    at every 10th position)."""
+    at every 10th position), and the drafts its server counted while answering."""
     tokens = [f"{prompt}-t{position}" for position in range(24)]
     if diverge_at is not None:
         tokens = tokens[:diverge_at] + [f"{prompt}-other{position}" for position in range(diverge_at, 24)]
     margins = [0.02 if position % 10 == 5 else 2.5 for position in range(24)]
-    return {"text": text_digest(" ".join(tokens)), "tokens": tokens, "margins": margins}
+    return {"text": text_digest(" ".join(tokens)), "tokens": tokens, "margins": margins, "drafts": drafts}
+
+
+# Where a repeat answers otherwise (``unstable``): at a confident token, or at a numerics tie.
+UNSTABLE_AT = {"confident": 3, "tie": 5}
 
 
 def bench(side: str, speed: float = 1.0, *, c8_speed: float | None = None, chat_speed: float | None = None,
           chat_c8_speed: float | None = None,
           prompts: int = PROMPTS, noise: float = 0.0, seed: int = 0, workloads: Sequence[str] = WORKLOADS,
           acceptance: Mapping[str, Any] | None = None, diverge_at: Mapping[str, int] | None = None,
-          unstable: bool = False, ok: bool = True, failure: Mapping[str, Any] | None = None,
-          levels: Sequence[int] = (1, 8)) -> dict[str, Any]:
+          unstable: str | None = None, ok: bool = True, failure: Mapping[str, Any] | None = None,
+          levels: Sequence[int] = (1, 8), drafted: bool = True,
+          batched_diverge_at: Mapping[str, int] | None = None) -> dict[str, Any]:
     """One block's bench. ``speed``: code_edit at c=1 relative to the baseline (1.0); ``c8_speed``
     and ``chat_speed`` default to it, ``chat_c8_speed`` to ``c8_speed``. ``diverge_at``: prompt ->
-    token position where this side's answer differs from the baseline's; ``unstable``: its output
-    check disagrees with its own run."""
+    token position where this side's answer differs from the baseline's; ``unstable`` ("confident",
+    "tie"): its check's repeat answers otherwise there (UNSTABLE_AT); ``drafted``: the speculative
+    server drafted while answering the check; ``batched_diverge_at``: as ``diverge_at``, for the
+    check's batch."""
     generator = random.Random(seed)
 
     def draw() -> float:
@@ -81,6 +88,7 @@ def bench(side: str, speed: float = 1.0, *, c8_speed: float | None = None, chat_
 
     results: dict[str, Any] = {}
     outputs: dict[str, Any] = {}
+    batched: dict[str, Any] = {}
     for workload in workloads:
         base_speed = speed if workload == workloads[0] else (chat_speed if chat_speed is not None else speed)
         answers = {prompt: answer(prompt, (diverge_at or {}).get(prompt)) for prompt in prompt_ids(workload, prompts)}
@@ -92,11 +100,18 @@ def bench(side: str, speed: float = 1.0, *, c8_speed: float | None = None, chat_
                 level_speed = chat_c8_speed
             results[workload][f"c{level}"] = _cell(workload, level, level_speed, prompts, draw,
                                                    acceptance if side == "speculative" else None, texts)
-        checked = dict(list(answers.items())[:8])
-        if unstable:
-            checked = {prompt: {**found, "text": "0" * 16} for prompt, found in checked.items()}
+        drafts = (20 if drafted else 0) if side == "speculative" else None
+        checked = {}
+        for prompt in prompt_ids(workload, prompts)[:8]:
+            first = answer(prompt, (diverge_at or {}).get(prompt), drafts)
+            again = dict(first) if not unstable else answer(prompt, UNSTABLE_AT[unstable], drafts)
+            checked[prompt] = {**first, "repeat": again}
         outputs[workload] = checked
+        batch = {prompt: answer(prompt, (batched_diverge_at or diverge_at or {}).get(prompt))
+                 for prompt in prompt_ids(workload, prompts)[:8]}
+        batched[workload] = {"concurrency": max(levels), "drafts": drafts, "answers": batch}
     return {"label": side, "ok": ok, "failure": failure, "results": results if ok else {}, "outputs": outputs,
+            "outputs_batched": batched if max(levels) > 1 else {}, "output_check": {"repeats": REPEATS_SALTED},
             "model": "m", "endpoint": "http://127.0.0.1:8000", "duration_s": 1.0, "metrics_notes": []}
 
 

@@ -164,10 +164,12 @@ def check_body(body: dict[str, Any]) -> None:
 
 def build_request_body(
     kind: str, model: str, prompt: str, max_tokens: int, seed: int, ignore_eos: bool = False,
-    top_logprobs: int = 0,
+    top_logprobs: int = 0, cache_salt: str | None = None,
 ) -> dict[str, Any]:
     """Streaming greedy request: temperature 0, explicit top_p, fixed seed, usage chunk; with
-    ``top_logprobs``, each token's logprob and that many best alternatives (the output check)."""
+    ``top_logprobs``, each token's logprob and that many best alternatives (the output check);
+    with ``cache_salt``, vLLM's prefix-cache salt (vllm#17045): the request shares no cached
+    prefill with one salted otherwise, and its prompt, so its answer, is unchanged."""
     body: dict[str, Any] = {"model": model}
     if kind == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
@@ -193,6 +195,8 @@ def build_request_body(
             body.update({"logprobs": True, "top_logprobs": top_logprobs})
         else:
             body["logprobs"] = top_logprobs
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
     check_body(body)
     return body
 
@@ -1221,6 +1225,18 @@ def tagged(text: str, tag: str) -> str:
     return f"Request {tag}.\n\n{text}"
 
 
+def check_salt(nonce_salt: str, workload: str, position: int, which: str) -> str:
+    """The prefix-cache salt of one output-check request (``which``: first, repeat, batched):
+    another for each, so no check answer is served from a cache its repeat or the measured run
+    filled; hex, as vLLM takes any non-empty string."""
+    return hashlib.sha256(f"check/{nonce_salt}/{workload}/{position}/{which}".encode()).hexdigest()[:16]
+
+
+# What a repeat of the output check shares with its first answer, as the bench records it.
+REPEATS_SALTED = "another prefix-cache salt (cache_salt) each"
+REPEATS_SHARED = "the same request (the prefix cache may serve its prefill)"
+
+
 def run_sequence(count: int, run: int, prompts: int) -> list[int]:
     """Prompt indexes a run sends, in order: the set cycled from where the previous run of
     the cell stopped, so runs of a cell cover the set in turn."""
@@ -1245,18 +1261,24 @@ def run_benchmark(
     top_logprobs: int = 2,
     burst_retries: int = 2,
     clock: Any = time.monotonic,
+    cache_salt: bool = True,
 ) -> dict[str, Any]:
     """Per workload: ``warmups`` passes over the prompts its runs will send (discarded, at the
     highest concurrency), then ``repetitions`` measured runs per concurrency N, each keeping N requests
     in flight over ``requests`` requests (0: max(4N, the set's size)) that cycle the set; after
     every workload's runs, per workload the output check: the first ``output_check`` prompts once
-    more at concurrency 1 with their tokens' logprobs and ``top_logprobs`` alternatives.
+    more at concurrency 1 with their tokens' logprobs and ``top_logprobs`` alternatives, each
+    sent twice (``repeat``: whether the server answers the same request the same way), /metrics
+    read around each (``drafts``: whether it drafted while answering), then all of them at
+    once at the highest concurrency (``outputs_batched``: the answers of a batch). With
+    ``cache_salt`` every check request carries its own prefix-cache salt, so none is served
+    from a prefill another filled (a server that cannot take one, TensorRT-LLM's, gets none:
+    ``output_check.repeats`` says which).
 
     ``prompt_sets``: workload -> [(prompt id, text)]. Every request's prompt opens with a nonce
     (``request_tag``, salted by ``nonce_salt``: a benchmark of a server that already served one
     gives another salt), so prefill is never served from the prefix cache of an earlier request;
-    the output check repeats the first concurrency-1 run's requests exactly, so its texts also
-    say whether the server answers the same request the same way twice. /metrics is scraped
+    the output check sends the first concurrency-1 run's prompts, nonces included. /metrics is scraped
     around every measured run, so acceptance counts measured traffic only. A run in which a
     stream arrived in bursts is measured again (up to ``burst_retries`` times); bursty requests
     that remain are left out of every figure. The first failure ends the benchmark (ok=False,
@@ -1281,11 +1303,14 @@ def run_benchmark(
             return False, None
 
     def batch_of(workload: str, phase: str, picks: list[int], level: int, entries: list[tuple[str, str]],
-                 logprobs: int = 0, tokens: int = max_tokens) -> BatchResult:
+                 logprobs: int = 0, tokens: int = max_tokens, positions: list[int] | None = None,
+                 salts: list[str | None] | None = None) -> BatchResult:
         salted = f"{nonce_salt}/{phase}" if nonce_salt else phase
+        places = positions if positions is not None else list(range(len(picks)))
         bodies = [build_request_body(kind, model, tagged(entries[index][1], request_tag(workload, salted, position)),
-                                     tokens, seed, top_logprobs=logprobs)
-                  for position, index in enumerate(picks)]
+                                     tokens, seed, top_logprobs=logprobs,
+                                     cache_salt=salts[number] if salts else None)
+                  for number, (position, index) in enumerate(zip(places, picks, strict=True))]
         return run_batch(endpoint, path, bodies, level, request_timeout, deadline, True, clock,
                          [entries[index][0] for index in picks])
 
@@ -1352,21 +1377,57 @@ def run_benchmark(
             break
     # After every workload's measured runs: a block with the check and one without measure the
     # same traffic in the same order (the rollout checks a serving's first block only).
+    batched: dict[str, dict[str, Any]] = {}
+    batch_level = max(concurrency)
+    phase = f"c{first_level}/run0"  # the measured run's nonces: both sides answer the same requests
+
+    def checked(workload: str, picks: list[int], positions: list[int], level: int, which: str,
+                entries: list[tuple[str, str]]) -> tuple[BatchResult, int | None]:
+        """One check batch and the drafts the server counted while it ran (None: no counters)."""
+        salts = [check_salt(nonce_salt, workload, position, which) if cache_salt else None for position in positions]
+        ok_before, before = scrape()
+        batch = batch_of(workload, phase, picks, level, entries, top_logprobs, positions=positions, salts=salts)
+        ok_after, after = scrape() if not batch.failed else (False, None)
+        delta = counter_delta(before, after) if ok_before and ok_after else None
+        return batch, None if delta is None else int(delta["drafts"])
+
     for workload, entries in prompt_sets.items() if failure is None and output_check else ():
-        failure = out_of_time(f"{workload} output check")
+        picks = list(range(min(output_check, len(entries))))
+        answers: dict[str, Any] = {}
+        for index in picks:
+            failure = out_of_time(f"{workload} output check")
+            if failure is not None:
+                break
+            pair = []
+            for which in ("first", "repeat"):
+                check, drafts = checked(workload, [index], [index], 1, which, entries)
+                if check.failed:
+                    failure = classify_failure(endpoint, check, f"{workload} output check")
+                    break
+                pair.append({**output_record(check.results[0]), "drafts": drafts})
+            if failure is not None:
+                break
+            answers[check.results[0].prompt_id] = {**pair[0], "repeat": pair[1]}
         if failure is not None:
             break
-        picks = list(range(min(output_check, len(entries))))
-        check = batch_of(workload, f"c{first_level}/run0", picks, 1, entries, top_logprobs)
-        if check.failed:
-            failure = classify_failure(endpoint, check, f"{workload} output check")
-            break
-        outputs[workload] = {result.prompt_id: output_record(result) for result in check.results}
+        outputs[workload] = answers
+        if batch_level > 1:
+            failure = out_of_time(f"{workload} output check at c={batch_level}")
+            if failure is not None:
+                break
+            check, drafts = checked(workload, picks, picks, batch_level, "batched", entries)
+            if check.failed:
+                failure = classify_failure(endpoint, check, f"{workload} output check at c={batch_level}")
+                break
+            batched[workload] = {"concurrency": batch_level, "drafts": drafts,
+                                 "answers": {result.prompt_id: output_record(result) for result in check.results}}
     return {
         "model": model,
         "endpoint": str(endpoint),
         "results": results,
         "outputs": outputs,
+        "outputs_batched": batched,
+        "output_check": {"repeats": REPEATS_SALTED if cache_salt else REPEATS_SHARED} if outputs else None,
         "ok": failure is None,
         "failure": failure,
         "duration_s": round(clock() - started, 3),

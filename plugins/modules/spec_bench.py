@@ -26,9 +26,14 @@ description:
     delivered at once, not the engine's steps) makes its run be measured again, up to twice;
     bursty requests that remain are left out of every figure and counted.
   - The output check then sends the first O(output_check) prompts of each workload once more
-    at concurrency 1, exactly as the first concurrency-1 run sent them, asking for each token's
-    logprob and O(top_logprobs) alternatives; C(bench.outputs) keeps per prompt the tokens and
-    each token's lead over its best alternative, for a token-level comparison of two servers.
+    at concurrency 1, with the first concurrency-1 run's nonces, asking for each token's
+    logprob and O(top_logprobs) alternatives, twice each (the repeat says whether the server
+    answers the same request the same way), reading C(/metrics) around each answer (whether
+    the server drafted while answering); then all of them at once at the highest concurrency
+    (the answers of a batch). With O(cache_salt) each carries its own prefix-cache salt, so
+    no answer is served from a prefill another request filled. C(bench.outputs) keeps per
+    prompt the tokens and each token's lead over its best alternative, for a token-level
+    comparison of two servers.
   - TTFT is the first token chunk (any chunk with a choice, even with empty text, as the
     detokenizer may hold a token's text back), ITL the gaps between token chunks, E2E the
     last token chunk, TPOT (E2E - TTFT) / (tokens - 1) with tokens from the final usage
@@ -92,6 +97,13 @@ options:
     description: Alternatives per token the output check asks for (the lead over the best one tells a tie).
     type: int
     default: 2
+  cache_salt:
+    description:
+      - Give every output-check request its own C(cache_salt) (vLLM's prefix-cache salt), so a
+        repeat is not served from the prefill of the answer it repeats. False for a server that
+        refuses the field (TensorRT-LLM's OpenAI server forbids fields it does not know).
+    type: bool
+    default: true
   max_tokens:
     description:
       - C(max_tokens) of every request. 128 by default, the output length Jetson AI Lab's benchmark
@@ -213,7 +225,17 @@ bench:
       description: >-
         The output check: per workload, per prompt id, C(text) (digest of the answer),
         C(tokens) (the generated tokens) and C(margins) (per token, its logprob minus the best
-        alternative's; null where the server sent none).
+        alternative's; null where the server sent none), C(drafts) (speculative drafts the
+        server counted while answering; null without counters) and C(repeat) (the same request
+        answered again, the same fields).
+      type: dict
+    outputs_batched:
+      description: >-
+        The output check at the highest concurrency: per workload C(concurrency), C(drafts) and
+        C(answers) (per prompt id: C(text), C(tokens), C(margins)).
+      type: dict
+    output_check:
+      description: How the output check repeated its requests (C(repeats)); null without a check.
       type: dict
     context:
       description: The five context fields (hardware, model, runtime, request_parameters, workload).
@@ -362,6 +384,7 @@ def main() -> None:
             "output_check": {"type": "int", "default": 8},
             "nonce_salt": {"type": "str", "default": ""},
             "top_logprobs": {"type": "int", "default": 2},
+            "cache_salt": {"type": "bool", "default": True},
             # A token count, not a token: said outright so it is logged (validate-modules asks).
             "max_tokens": {"type": "int", "default": 128, "no_log": False},
             "seed": {"type": "int", "default": 42},
@@ -409,6 +432,7 @@ def main() -> None:
         output_check=params["output_check"],
         nonce_salt=params["nonce_salt"],
         top_logprobs=params["top_logprobs"],
+        cache_salt=params["cache_salt"],
         max_tokens=params["max_tokens"],
         seed=params["seed"],
         request_timeout=params["request_timeout"],

@@ -63,6 +63,9 @@ class GenerationRequest:
     last_token_at: float | None = None
     aborted: bool = False
     done: bool = False
+    # False: decoded without speculation (a logprobs request on an image that serves those
+    # without drafting: faults.py `logprobs_without_drafting`).
+    drafting: bool = True
 
     @property
     def context_tokens(self) -> int:
@@ -335,6 +338,9 @@ class Engine:
             return [(False, 0)] * len(decoding)
         plan: list[tuple[bool, int]] = []
         for request in decoding:
+            if not request.drafting:
+                plan.append((False, 0))
+                continue
             if perf.method == "ngram":
                 match = ngram_match_rate(request.workload, perf.prompt_lookup_min)
                 if request.rng.random() >= match:

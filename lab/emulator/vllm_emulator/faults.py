@@ -25,6 +25,18 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
   n-th request of the process takes the second-best token at position
   `divergence_after_tokens + n mod (answer length - divergence_after_tokens)`
   (non-determinism at temperature 0); logprobs.py models all three
+- `unstable_outputs: "tie"`  the same, only at a numerics tie: every other request of the
+  process takes the second-best token at its first near-tie from `divergence_after_tokens` on
+- `logprobs_without_drafting: true`  a request that asks for logprobs is decoded without
+  speculation (the drafter proposes nothing for it, the counters do not move): vLLM before
+  about 0.14 served such requests without speculative decoding (vllm-project/vllm#34497)
+- `batched_divergence: true`  a speculative server whose answers diverge confidently (as
+  `output_divergence: "confident"`) when the request arrives while another is in flight: a
+  speculation bug that shows only in a batch (a baseline server ignores it)
+- `cache_hit_flips: true`  an answer whose prefill the prefix cache served (the same rendered
+  prompt and `cache_salt` seen before by this process) takes the second-best token at its first
+  near-tie from `divergence_after_tokens` on: a cache hit that tips a near-tie (prefill numerics
+  differ with and without cached blocks)
 - `loaded_draft_slowdown: F`  a step in which more than one sequence drafts takes F times as
   long (F >= 1): speculation that pays for one request at a time and loses under load, as a
   verify path that leaves its fast kernels past batch 1 does (vLLM issues #27379, #31014); a
@@ -40,6 +52,7 @@ default `/run/specfleet-lab/faults.json`; absent means no faults):
   and #49986 report 7-30% on datacenter GPUs)
 - `only_when_speculating: true`  every switch above applies only to a server started
   with --speculative-config (a drafter crash, a speculative-only hang); the baseline runs clean
+- `only_when_baseline: true`  the reverse: only a server without --speculative-config
 """
 
 from __future__ import annotations
@@ -55,6 +68,7 @@ from .perfmodel import WORKLOADS
 DEFAULT_FAULTS_FILE = "/run/specfleet-lab/faults.json"
 DEFAULT_DIVERGENCE_AFTER_TOKENS = 8
 OUTPUT_DIVERGENCES = ("tie", "confident")
+UNSTABLE_TIE = "tie"
 
 
 @dataclass(frozen=True)
@@ -67,11 +81,15 @@ class Faults:
     reject_speculative_config: bool = False
     output_divergence: str | None = None
     divergence_after_tokens: int = DEFAULT_DIVERGENCE_AFTER_TOKENS
-    unstable_outputs: bool = False
+    unstable_outputs: bool | str = False  # True, or UNSTABLE_TIE
     loaded_draft_slowdown: float = 1.0
     draft_acceptance: tuple[tuple[str, tuple[float, ...]], ...] = ()
     piecewise_gap_us: float | None = None
+    logprobs_without_drafting: bool = False
+    batched_divergence: bool = False
+    cache_hit_flips: bool = False
     only_when_speculating: bool = False
+    only_when_baseline: bool = False
 
     def acceptance_for(self, workload: str) -> tuple[float, ...] | None:
         """The per-position acceptance `draft_acceptance` gives ``workload``, or None."""
@@ -94,7 +112,8 @@ def parse_faults(data: Any) -> Faults:
         "crash_after_requests", "never_ready", "hang_mid_stream_after_tokens", "startup_delay_s",
         "drafter_unbudgeted_mib", "reject_speculative_config", "output_divergence", "divergence_after_tokens",
         "unstable_outputs", "loaded_draft_slowdown", "draft_acceptance", "piecewise_gap_us",
-        "only_when_speculating",
+        "logprobs_without_drafting", "batched_divergence", "cache_hit_flips",
+        "only_when_speculating", "only_when_baseline",
     }
     if unknown:
         raise ValueError(f"unknown fault switches: {', '.join(sorted(unknown))}")
@@ -117,6 +136,11 @@ def parse_faults(data: Any) -> Faults:
     slowdown = data.get("loaded_draft_slowdown", 1.0)
     if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)) or slowdown < 1:
         raise ValueError("loaded_draft_slowdown must be a number >= 1")
+    unstable = data.get("unstable_outputs", False)
+    if unstable not in (True, False, UNSTABLE_TIE):
+        raise ValueError(f'unstable_outputs must be true, false or "{UNSTABLE_TIE}"')
+    if data.get("only_when_speculating") and data.get("only_when_baseline"):
+        raise ValueError("only_when_speculating and only_when_baseline exclude each other")
     gap = data.get("piecewise_gap_us")
     if gap is not None and (isinstance(gap, bool) or not isinstance(gap, (int, float)) or gap < 0):
         raise ValueError("piecewise_gap_us must be a non-negative number")
@@ -129,11 +153,15 @@ def parse_faults(data: Any) -> Faults:
         reject_speculative_config=bool(data.get("reject_speculative_config", False)),
         output_divergence=divergence,
         divergence_after_tokens=DEFAULT_DIVERGENCE_AFTER_TOKENS if after is None else after,
-        unstable_outputs=bool(data.get("unstable_outputs", False)),
+        unstable_outputs=unstable,
         loaded_draft_slowdown=float(slowdown),
         draft_acceptance=_draft_acceptance(data.get("draft_acceptance")),
         piecewise_gap_us=None if gap is None else float(gap),
+        logprobs_without_drafting=bool(data.get("logprobs_without_drafting", False)),
+        batched_divergence=bool(data.get("batched_divergence", False)),
+        cache_hit_flips=bool(data.get("cache_hit_flips", False)),
         only_when_speculating=bool(data.get("only_when_speculating", False)),
+        only_when_baseline=bool(data.get("only_when_baseline", False)),
     )
 
 
@@ -156,8 +184,10 @@ def _draft_acceptance(value: Any) -> tuple[tuple[str, tuple[float, ...]], ...]:
 
 
 def for_server(faults: Faults, speculating: bool) -> Faults:
-    """The switches that apply to this server (see `only_when_speculating`)."""
-    return Faults() if faults.only_when_speculating and not speculating else faults
+    """The switches that apply to this server (see `only_when_speculating`, `only_when_baseline`)."""
+    if (faults.only_when_speculating and not speculating) or (faults.only_when_baseline and speculating):
+        return Faults()
+    return faults
 
 
 def faults_file_path(env: Mapping[str, str]) -> Path:

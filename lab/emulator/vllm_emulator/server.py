@@ -20,9 +20,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from . import EMULATOR_NAME, emulated_trtllm_version, emulated_vllm_version, server_header
+from . import EMULATOR_NAME, emulated_trtllm_version, emulated_vllm_version, server_header, version_tuple
 from .engine import ENGINE_DEAD, Engine, GenerationRequest, StepOutput
-from .faults import Faults
+from .faults import UNSTABLE_TIE, Faults
 from .logprobs import AnswerPlan, chat_logprobs, completion_logprobs
 from .logs import VllmLogger
 from .metrics import VllmMetrics
@@ -97,6 +97,9 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     completed_requests: int = 0
     received_requests: int = 0  # answers planned so far (unstable_outputs keys on it)
+    # The prefix cache as far as answers go: digests of (cache_salt, rendered prompt) prefilled
+    # before (cache_hit_flips keys on it), at most PREFIX_CACHE_ENTRIES, the oldest forgotten.
+    prefix_cache: dict[bytes, None] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -120,6 +123,8 @@ class PreparedRequest:
     # Logprobs asked for: chat `top_logprobs` (with `logprobs: true`) or completions
     # `logprobs`; None: not asked for.
     logprobs: int | None = None
+    # False: the engine decodes it without speculation (logprobs_without_drafting).
+    drafting: bool = True
 
 
 def _number(body: dict[str, Any], key: str, default: float | None) -> float | None:
@@ -223,19 +228,70 @@ def check_max_logprobs(state: ServerState, count: int | None) -> None:
         )
 
 
-def apply_output_faults(state: ServerState, plan: AnswerPlan, request_number: int) -> None:
-    """The output-divergence fault switches (faults.py; the model in logprobs.py)."""
+PREFIX_CACHE_ENTRIES = 65536
+# vLLM decodes a request asking for logprobs without speculation until about 0.14.0 (its
+# is_spec_decode_unsupported named logprobs through 0.12.0: vllm-project/vllm#34497).
+LOGPROBS_DRAFTED_SINCE = (0, 14, 0)
+# vLLM reads `cache_salt` from 0.9.0 on (vllm-project/vllm#17045, merged 2025-05); an older
+# one ignores the field as it ignores any it does not know, and its prefix cache is shared.
+CACHE_SALT_SINCE = (0, 9, 0)
+CACHE_SALT_ERROR = "Parameter 'cache_salt' must be a non-empty string if provided."
+
+
+def cache_salt_of(state: ServerState, body: dict[str, Any]) -> str | None:
+    """The request's prefix-cache salt, validated as its vLLM validates it (the request model's
+    check_cache_salt_support: a string, not empty); TensorRT-LLM's OpenAI server forbids a field
+    its request model lacks (extra="forbid")."""
+    salt = body.get("cache_salt")
+    if salt is None:
+        return None
+    if state.flavour == TRTLLM:
+        raise ApiError(400, "1 validation error for ChatCompletionRequest\ncache_salt\n  Extra inputs are not "
+                            "permitted [type=extra_forbidden]", param="cache_salt")
+    if version_tuple(emulated_vllm_version()) < CACHE_SALT_SINCE:
+        return None
+    if not isinstance(salt, str) or not salt:
+        raise request_validation_error(body, CACHE_SALT_ERROR, "cache_salt", salt)
+    return salt
+
+
+def prefix_cache_hit(state: ServerState, salt: str | None, rendered: str) -> bool:
+    """Whether this prefill finds its prompt cached (seen before under the same salt); it is
+    cached from now on."""
+    key = hashlib.blake2b(f"{salt}\x00{rendered}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    with state.lock:
+        hit = key in state.prefix_cache
+        state.prefix_cache.pop(key, None)
+        state.prefix_cache[key] = None
+        while len(state.prefix_cache) > PREFIX_CACHE_ENTRIES:
+            state.prefix_cache.pop(next(iter(state.prefix_cache)))
+    return hit
+
+
+def apply_output_faults(state: ServerState, plan: AnswerPlan, request_number: int, *, batched: bool = False,
+                        cache_hit: bool = False) -> None:
+    """The output-divergence fault switches (faults.py; the model in logprobs.py). ``batched``:
+    another request was in flight when this one arrived; ``cache_hit``: its prefill was cached."""
     faults = state.faults
     start = faults.divergence_after_tokens
     if faults.output_divergence == "tie":
         position = plan.first_near_tie(start)
         if position is not None:
             plan.diverge(position, "second", "tie")
-    elif faults.output_divergence == "confident":
+    elif faults.output_divergence == "confident" or (
+            faults.batched_divergence and batched and state.speculative is not None):
         position = plan.first_confident(start)
         if position is not None:
             plan.diverge(position, "far", "confident")
-    if faults.unstable_outputs and len(plan.tokens) > start:
+    if faults.cache_hit_flips and cache_hit:
+        position = plan.first_near_tie(start)
+        if position is not None:
+            plan.diverge(position, "second", "cache hit")
+    if faults.unstable_outputs == UNSTABLE_TIE:
+        position = plan.first_near_tie(start) if request_number % 2 else None
+        if position is not None:
+            plan.diverge(position, "second", "unstable")
+    elif faults.unstable_outputs and len(plan.tokens) > start:
         plan.diverge(start + request_number % (len(plan.tokens) - start), "second", "unstable")
 
 
@@ -245,6 +301,7 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
         raise ApiError(400, "Request body must be a JSON object")
     # The request model's validators run first (FastAPI parses the body before the handler).
     logprobs = requested_logprobs(kind, body) if state.flavour == VLLM else None
+    salt = cache_salt_of(state, body)
     model_name = body.get("model") or state.served_model_names[0]
     if model_name not in state.served_model_names:
         raise ApiError(404, f"The model `{model_name}` does not exist.", "NotFoundError", "model")
@@ -334,7 +391,9 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
     with state.lock:
         number = state.received_requests
         state.received_requests += 1
-    apply_output_faults(state, plan, number)
+    engine = state.engine
+    batched = engine is not None and engine.running_count + engine.waiting_count > 0
+    apply_output_faults(state, plan, number, batched=batched, cache_hit=prefix_cache_hit(state, salt, rendered))
     output = plan.tokens
     digest = hashlib.sha256(
         f"{state.engine_seed}\x00{sampling_seed}\x00{rendered}".encode("utf-8", "surrogatepass")
@@ -354,6 +413,8 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
         max_tokens=max_tokens,
         plan=plan,
         logprobs=logprobs,
+        drafting=not (logprobs is not None and (
+            state.faults.logprobs_without_drafting or version_tuple(emulated_vllm_version()) < LOGPROBS_DRAFTED_SINCE)),
     )
 
 
@@ -526,6 +587,7 @@ class EmulatorHandler(BaseHTTPRequestHandler):
             workload=prepared.workload,
             temperature=prepared.temperature,
             rng=random.Random(prepared.acceptance_seed),
+            drafting=prepared.drafting,
         )
         self.state.engine.submit(request)
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
-from conftest import EAGLE3_K5, TARGET_FP4, EmulatorProcess, Launcher
+from conftest import EAGLE3_K5, TARGET_FP4, EmulatorProcess, Launcher, parse_metrics
 from vllm_emulator.faults import Faults, parse_faults
 from vllm_emulator.logprobs import AnswerPlan
 from vllm_emulator.tokens import generate
@@ -124,3 +124,99 @@ def test_unstable_outputs_answer_the_same_request_differently(launch: Launcher, 
         first, second = answer(speculative, prompt), answer(speculative, prompt)
         index = first_divergence(first["tokens"], second["tokens"])
         assert first["text"] != second["text"] and index is not None and index >= 8
+
+
+def salted(server: EmulatorProcess, prompt: str, salt: str | None, top: int = 2) -> dict[str, Any]:
+    """An output-check request with a prefix-cache salt (or none)."""
+    body = client.build_request_body("chat", "llama", prompt, 256, seed=42, top_logprobs=top, cache_salt=salt)
+    state = client.StreamState(sent_at=0.0)
+    for _, event in server.stream("/v1/chat/completions", body):
+        state.on_event(event if event == "[DONE]" else json.dumps(event), 0.0)
+    return {"text": state.text, "tokens": [token for token, _, _ in state.token_logprobs],
+            "margins": [None if alt is None else logprob - alt for _, logprob, alt in state.token_logprobs]}
+
+
+def drafts(server: EmulatorProcess) -> float:
+    return sum(value for name, value in parse_metrics(server.metrics()).items()
+               if name.startswith("vllm:spec_decode_num_drafts_total"))
+
+
+def test_parse_the_output_checks_switches() -> None:
+    faults = parse_faults({"unstable_outputs": "tie", "logprobs_without_drafting": True, "batched_divergence": True,
+                           "cache_hit_flips": True, "only_when_baseline": True})
+    assert (faults.unstable_outputs, faults.logprobs_without_drafting, faults.batched_divergence,
+            faults.cache_hit_flips, faults.only_when_baseline) == ("tie", True, True, True, True)
+    with pytest.raises(ValueError, match="unstable_outputs"):
+        parse_faults({"unstable_outputs": "often"})
+    with pytest.raises(ValueError, match="exclude each other"):
+        parse_faults({"only_when_speculating": True, "only_when_baseline": True})
+
+
+def test_a_logprobs_request_is_decoded_without_drafting(launch: Launcher, lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"logprobs_without_drafting": True})
+    speculative = launch(TARGET_FP4, SPEC)
+    before = drafts(speculative)
+    plain = salted(speculative, PROMPTS[0], None, top=0)
+    after_plain = drafts(speculative)
+    checked = salted(speculative, PROMPTS[0], None)
+    assert after_plain > before  # a request without logprobs drafts
+    assert drafts(speculative) == after_plain  # one asking for logprobs does not
+    assert checked["text"] == plain["text"]  # speculation is lossless: the same answer either way
+
+
+def test_a_cache_hit_tips_a_near_tie_and_a_salt_keeps_the_prefill_uncached(launch: Launcher,
+                                                                           lab_env: dict[str, str]) -> None:
+    write_faults(lab_env, {"cache_hit_flips": True})
+    server = launch(TARGET_FP4, SPEC)
+    first = salted(server, PROMPTS[1], None)
+    hit = salted(server, PROMPTS[1], None)  # the same prompt again: its prefill is cached
+    index = first_divergence(first["tokens"], hit["tokens"])
+    assert index is not None and index >= 8 and first["margins"][index] <= TIE_GAP
+    # Other salts: neither request finds the prompt cached, so both answer as the first did.
+    assert salted(server, PROMPTS[1], "a1") == salted(server, PROMPTS[1], "b2") == first
+
+
+@pytest.mark.parametrize("salt", ["", 7, ["x"]])
+def test_a_cache_salt_vllm_refuses_is_refused(launch: Launcher, lab_env: dict[str, str], salt: Any) -> None:
+    server = launch(TARGET_FP4, ARGS)
+    body = {**client.build_request_body("chat", "llama", "hi", 8, seed=42), "stream": False, "cache_salt": salt}
+    body.pop("stream_options")
+    status, payload = server.post("/v1/chat/completions", body)
+    assert status == 400 and "Parameter 'cache_salt' must be a non-empty string if provided." in json.dumps(payload)
+
+
+def test_a_batch_only_divergence_leaves_answers_alone_one_at_a_time(launch: Launcher, lab_env: dict[str, str]) -> None:
+    baseline, speculative = pair(launch, lab_env, {"batched_divergence": True})
+    one_at_a_time = [salted(speculative, prompt, None) for prompt in PROMPTS]
+    assert one_at_a_time == [salted(baseline, prompt, None) for prompt in PROMPTS]
+    bodies = [client.build_request_body("chat", "llama", prompt, 256, seed=42, top_logprobs=2) for prompt in PROMPTS]
+    endpoint = client.Endpoint.parse(f"http://127.0.0.1:{speculative.port}")
+    batch = client.run_batch(endpoint, "/v1/chat/completions", bodies, len(bodies), 30.0)
+    records = [client.output_record(result) for result in batch.results]
+    diverged = [first_divergence(alone["tokens"], record["tokens"]) for alone, record in zip(one_at_a_time, records,
+                                                                                             strict=True)]
+    # Every answer that arrived while another was in flight diverged where the baseline was sure.
+    assert sum(index is not None for index in diverged) >= len(PROMPTS) - 1
+    for alone, index in zip(one_at_a_time, diverged, strict=True):
+        if index is not None:
+            assert alone["margins"][index] > 1.0
+
+
+def test_unstable_at_a_tie_flips_only_near_ties(launch: Launcher, lab_env: dict[str, str]) -> None:
+    baseline, _ = pair(launch, lab_env, {"unstable_outputs": "tie", "only_when_speculating": False,
+                                         "only_when_baseline": True})
+    answers = [salted(baseline, PROMPTS[2], None) for _ in range(4)]
+    assert len({answer["text"] for answer in answers}) == 2
+    index = first_divergence(answers[0]["tokens"], answers[1]["tokens"])
+    assert index is not None and min(answers[0]["margins"][index], answers[1]["margins"][index]) <= TIE_GAP
+
+
+def test_an_emulated_vllm_before_0_14_decodes_a_logprobs_request_without_drafting(launch: Launcher,
+                                                                                  lab_env: dict[str, str]) -> None:
+    lab_env["SPECFLEET_EMULATOR_VLLM_VERSION"] = "0.12.0"
+    speculative = launch(TARGET_FP4, SPEC)
+    before = drafts(speculative)
+    salted(speculative, PROMPTS[0], None)
+    assert drafts(speculative) == before
+    salted(speculative, PROMPTS[0], None, top=0)
+    assert drafts(speculative) > before

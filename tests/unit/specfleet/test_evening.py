@@ -116,11 +116,13 @@ SIDE_BY_SIDE = evening.Design("side by side", restart_per_block=False, check_eve
 
 def test_a_block_is_what_spec_bench_sends() -> None:
     """Per workload: a warm-up pass over the 40 prompts (32 tokens, at c=8), 40 requests at c=1
-    and 40 at c=8 (max(4N, the set)), and the output check's 8 at c=1."""
+    and 40 at c=8 (max(4N, the set)), and the output check's 8 at c=1 twice (each repeated) and
+    once in a batch at c=8."""
     found = evening.block_work(BENCH, SPEED, "baseline", warm_up=True, check=True)
-    assert found.requests == 2 * (40 + 40 + 40 + 8)
-    assert found.tokens == 2 * (40 * 32 + (40 + 40 + 8) * 256)
-    per_workload = (5 * (400 + 31 * 40) + 40 * (100 + 255 * 20) + 5 * (400 + 255 * 40) + 8 * (100 + 255 * 20)) / 1000
+    assert found.requests == 2 * (40 + 40 + 40 + 16 + 8)
+    assert found.tokens == 2 * (40 * 32 + (40 + 40 + 16 + 8) * 256)
+    per_workload = (5 * (400 + 31 * 40) + 40 * (100 + 255 * 20) + 5 * (400 + 255 * 40) + 16 * (100 + 255 * 20)
+                    + (400 + 255 * 40)) / 1000
     assert found.seconds == pytest.approx(2 * per_workload)
     bare = evening.block_work(BENCH, SPEED, "speculative", warm_up=False, check=False)
     assert bare.requests == 2 * 80

@@ -127,13 +127,13 @@ def test_a_confident_divergence_reverts():
 
 
 def test_a_speculative_server_that_disagrees_with_itself_reverts():
-    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, unstable=True), POLICY)
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, unstable="confident"), POLICY)
     assert verdict["decision"] == "revert"
     assert any("answered the same request differently twice" in reason for reason in verdict["reasons"])
 
 
 def test_an_unstable_baseline_is_noted_not_blamed_on_speculation():
-    sides = blocks(("baseline", bench("baseline", unstable=True)),
+    sides = blocks(("baseline", bench("baseline", unstable="confident")),
                    ("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE)),
                    ("baseline", bench("baseline")))
     verdict = gate.decide(sides, POLICY)
@@ -364,3 +364,83 @@ def test_after_three_blocks_the_bounds_make_room_for_the_scan_inside_them():
     gain = verdict["figures"]["code_edit"]["throughput_gain_c1"]
     assert 1 + gain["lower"] == pytest.approx(
         math.exp(-verdict["drift"]["allowance"]) / found.upper(verdict["keep_confidence"]), abs=2e-4)
+
+
+def test_a_tie_on_self_repeat_gives_the_same_verdict_on_either_side():
+    spec_tie = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, unstable="tie"), POLICY)
+    base_tie = gate.decide(blocks(("baseline", bench("baseline", unstable="tie")),
+                                  ("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1,
+                                                        acceptance=ACCEPTANCE)),
+                                  ("baseline", bench("baseline"))), POLICY)
+    assert spec_tie["decision"] == base_tie["decision"] == "keep", (spec_tie["reasons"], base_tie["reasons"])
+    for verdict, side in ((spec_tie, "speculative"), (base_tie, "baseline")):
+        assert any(f"the {side} answered the same request differently twice at a numerics tie" in reason
+                   for reason in verdict["reasons"]), verdict["reasons"]
+        assert [entry["kind"] for entry in verdict["output_check"]["self"][side]] == ["tie"] * 16
+
+
+def test_a_divergence_is_confident_only_where_every_baseline_answer_was():
+    """The first baseline block led by 2.5 where speculation diverged; the second baseline
+    block, reaching the same token, led by 0.1 only: a tie, not a revert."""
+    second = bench("baseline", seed=3)
+    for answers in second["outputs"].values():
+        for found in answers.values():
+            found["margins"] = [0.1 if position == 3 else margin for position, margin in enumerate(found["margins"])]
+    sides = blocks(("baseline", bench("baseline", seed=1)),
+                   ("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE,
+                                         diverge_at={"code_edit-p03": 3})),
+                   ("baseline", second))
+    verdict = gate.decide(sides, POLICY)
+    assert verdict["decision"] == "keep", verdict["reasons"]
+    (tie,) = verdict["output_check"]["ties"]
+    assert (tie["prompt"], tie["position"], tie["baseline_gap"]) == ("code_edit-p03", 3, 0.1)
+
+
+def test_a_baseline_that_sent_no_alternative_leaves_the_prompt_inconclusive():
+    reference = bench("baseline", seed=1)
+    for answers in reference["outputs"].values():
+        for found in answers.values():
+            found["margins"] = [None] * len(found["margins"])
+            found["repeat"]["margins"] = [None] * len(found["margins"])
+    sides = blocks(("baseline", reference),
+                   ("speculative", bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE,
+                                         diverge_at={"code_edit-p03": 3})),
+                   ("baseline", bench("baseline", seed=3, levels=(1, 8))))
+    sides[2]["bench"]["outputs"] = {}  # the reference is the only baseline answer
+    verdict = gate.decide(sides, POLICY)
+    assert verdict["decision"] == "keep", verdict["reasons"]
+    found = verdict["output_check"]
+    assert not found["diverged"] and [entry["prompt"] for entry in found["inconclusive"]] == ["code_edit-p03"]
+
+
+def test_a_check_the_speculative_server_did_not_draft_for_is_not_called_identical():
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, drafted=False), POLICY)
+    assert verdict["output_check"]["drafting"] == {"confirmed": 0, "not_drafted": 16, "unknown": 0}
+    assert any(gate.NOT_CHECKED_WITH_SPECULATION in reason for reason in verdict["reasons"]), verdict["reasons"]
+    assert not any("answers identical token by token" in reason for reason in verdict["reasons"])
+    drafted = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1), POLICY)
+    assert any("16 of 16 answers identical" in reason and "16 of 16 checked with drafting confirmed on" in reason
+               for reason in drafted["reasons"]), drafted["reasons"]
+
+
+def test_a_divergence_only_in_a_batch_reverts_and_the_baselines_own_rate_is_the_bar():
+    everywhere = {f"{workload}-p{index:02d}": 3 for workload in ("code_edit", "chat") for index in range(8)}
+    verdict = gate.decide(aba(1.8, c8_speed=1.2, chat_speed=1.1, batched_diverge_at=everywhere), POLICY)
+    assert verdict["decision"] == "revert", verdict["reasons"]
+    batched = verdict["output_check"]["batched"]
+    assert batched["speculative"] == {"diverged": 16, "compared": 16} and batched["baseline"]["diverged"] == 0
+    assert any("in a batch of 8 speculation changed the output" in reason for reason in verdict["reasons"])
+    # The baseline's own batch diverging as often: within its own rate, kept.
+    sides = aba(1.8, c8_speed=1.2, chat_speed=1.1, batched_diverge_at=everywhere)
+    for block in sides:
+        if block["side"] == "baseline":
+            for workload, batch in block["bench"]["outputs_batched"].items():
+                batch["answers"] = {prompt: answer for prompt, answer in
+                                    sides[1]["bench"]["outputs_batched"][workload]["answers"].items()}
+    assert gate.decide(sides, POLICY)["decision"] == "keep"
+
+
+def test_fisher_one_sided():
+    assert gate.fisher_one_sided(3, 16, 0, 16) == pytest.approx(560 / 4960)
+    assert gate.fisher_one_sided(0, 16, 0, 16) == 1.0
+    assert gate.fisher_one_sided(16, 16, 0, 16) < 1e-8

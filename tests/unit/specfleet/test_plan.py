@@ -435,3 +435,11 @@ def test_two_servings_keep_the_headroom_each_outside_their_shares(unit_facts):
     plan = plan_for(unit_facts("thor-r38"), "nvidia/Llama-3.1-8B-Instruct-FP4", specfleet_memory_headroom_gib=13)
     assert plan["side_by_side"] is None
     assert "two servings need 26.00 GiB outside their shares, the unit leaves 24.56 GiB" in " ".join(plan["notes"])
+
+
+def test_the_plan_says_where_the_output_check_may_not_see_speculation():
+    from specfleet.plan import logprob_drafting_note
+
+    assert logprob_drafting_note("0.12.0").startswith("outputs not checked with speculation on: vLLM 0.12.0")
+    assert logprob_drafting_note(None).startswith("outputs may not be checked with speculation on")
+    assert logprob_drafting_note("0.14.0") is None and logprob_drafting_note("0.26.0") is None

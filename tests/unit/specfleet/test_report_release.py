@@ -202,9 +202,10 @@ def test_the_report_shows_bounds_blocks_drift_and_the_output_check():
     gain = verdict["figures"]["code_edit"]["throughput_gain_c1"]
     assert values["speedup_c1_bounds"] == f"{1 + gain['lower']:.2f}..{1 + gain['upper']:.2f}"
     assert (values["blocks"], values["baseline_drift"]) == (3, 0.0)
-    assert values["output_check"] == "15/16 identical, 1 numerics tie(s)"
+    checked = "15/16 identical, 16/16 drafting confirmed, 1 numerics tie(s), c=8 0/16 diverged"
+    assert values["output_check"] == checked
     text = report.to_markdown([record], "r")
-    assert f"({values['speedup_c1_bounds']})" in text and "15/16 identical, 1 numerics tie(s)" in text
+    assert f"({values['speedup_c1_bounds']})" in text and checked in text
 
 
 def test_the_report_shows_a_canarys_sweep_and_where_a_later_units_k_came_from():

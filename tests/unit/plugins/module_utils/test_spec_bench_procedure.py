@@ -27,12 +27,15 @@ class Server(BaseHTTPRequestHandler):
     most_in_flight = 0
     bodies: list = []
     bursts_left = 0
+    drafts = 0  # the spec-decode counter /metrics reports: one draft per request while drafting
+    drafting = True
 
     def log_message(self, *args):
         pass
 
     def do_GET(self):  # noqa: N802
-        text = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 0\n' if self.path == "/metrics" else "{}"
+        text = (f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {type(self).drafts}\n'
+                if self.path == "/metrics" else "{}")
         body = text.encode()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
@@ -44,6 +47,7 @@ class Server(BaseHTTPRequestHandler):
         cls = type(self)
         with cls.lock:
             cls.bodies.append(body)
+            cls.drafts += 1 if cls.drafting else 0
             cls.in_flight += 1
             cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
             burst = (cls.bursts_left > 0 and not body.get("logprobs")
@@ -84,7 +88,7 @@ class Server(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    Server.bodies, Server.most_in_flight, Server.bursts_left = [], 0, 0
+    Server.bodies, Server.most_in_flight, Server.bursts_left, Server.drafts, Server.drafting = [], 0, 0, 0, True
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Server)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -139,19 +143,38 @@ def test_warm_up_sends_every_prompt_once_and_every_prompt_opens_with_a_nonce(ser
     assert [body["messages"][0]["content"] for body in Server.bodies] == contents
 
 
-def test_the_output_check_repeats_the_first_c1_requests_with_logprobs(server):
+def test_the_output_check_sends_the_first_c1_prompts_twice_each_salted_then_as_a_batch(server):
     result = bench(server, [1, 4], warmups=0)
     checked = [body for body in Server.bodies if body.get("logprobs")]
-    assert len(checked) == 3 and all(body["top_logprobs"] == 2 for body in checked)
+    assert len(checked) == 9 and all(body["top_logprobs"] == 2 for body in checked)
     first_run = [body["messages"][0]["content"] for body in Server.bodies if not body.get("logprobs")][:3]
-    assert [body["messages"][0]["content"] for body in checked] == first_run
+    contents = [body["messages"][0]["content"] for body in checked]
+    # Each prompt (the first run's, nonce and all) twice at c=1, then all three at once.
+    assert contents[:6] == [text for text in first_run for _ in range(2)]
+    assert sorted(contents[6:]) == sorted(first_run)
+    # Every check request has its own prefix-cache salt: no answer comes from another's prefill.
+    assert len({body["cache_salt"] for body in checked}) == 9
+    assert not any("cache_salt" in body for body in Server.bodies if not body.get("logprobs"))
     outputs = result["outputs"]["code_edit"]
     assert list(outputs) == ["code_edit-0", "code_edit-1", "code_edit-2"]
     answer = outputs["code_edit-1"]
     assert len(answer["tokens"]) == TOKENS and answer["margins"][0] == 0.0 and answer["margins"][5] == 0.5
+    assert answer["repeat"]["tokens"] == answer["tokens"] and (answer["drafts"], answer["repeat"]["drafts"]) == (1, 1)
     # Same request, same answer: the text digests agree with the measured run's.
     c1 = result["results"]["code_edit"]["c1"]["runs"][0]["requests"]
     assert c1[1]["text"] == answer["text"]
+    batch = result["outputs_batched"]["code_edit"]
+    assert (batch["concurrency"], batch["drafts"], sorted(batch["answers"])) == (4, 3, list(outputs))
+    assert result["output_check"] == {"repeats": client.REPEATS_SALTED}
+
+
+def test_a_server_that_did_not_draft_for_the_check_says_so_and_unsalted_repeats_are_recorded(server):
+    Server.drafting = False
+    result = bench(server, [1], warmups=0, cache_salt=False)
+    answer = result["outputs"]["code_edit"]["code_edit-0"]
+    assert (answer["drafts"], answer["repeat"]["drafts"]) == (0, 0)
+    assert not any("cache_salt" in body for body in Server.bodies)
+    assert result["output_check"] == {"repeats": client.REPEATS_SHARED} and result["outputs_batched"] == {}
 
 
 def test_a_run_whose_stream_arrived_in_bursts_is_measured_again(server):
@@ -208,7 +231,7 @@ def test_the_output_checks_come_after_every_workloads_measured_runs(server):
                                    output_check=3, **NO_RETRIES)
     assert checked["ok"], checked["failure"]
     with_check = [bool(body.get("logprobs")) for body in Server.bodies]
-    assert with_check == [False] * 20 + [True] * 6  # both workloads' runs, then both checks
+    assert with_check == [False] * 20 + [True] * 12  # both workloads' runs, then both checks (each sent twice)
     measured_with_check = [body["messages"][0]["content"] for body in Server.bodies if not body.get("logprobs")]
     Server.bodies = []
     unchecked = client.run_benchmark(server, "m", prompts, [1], max_tokens=TOKENS, request_timeout=10, warmups=0,
