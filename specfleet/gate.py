@@ -570,25 +570,31 @@ def _lead(answer: Mapping[str, Any], index: int) -> float | None:
 
 def divergence_kind(index: int, references: Sequence[Mapping[str, Any]], tie_gap: float) -> tuple[str, float | None]:
     """A divergence from ``references[0]`` at token ``index``, judged by every reference answer
-    that reached that token (its tokens before it the same): confident only when each led there
-    by more than ``tie_gap``; a tie when one led by less, or itself took another token there;
-    inconclusive when one sent no alternative there. Returns (kind, the smallest lead seen)."""
+    that reached that token (its tokens before it the same), whatever their order: confident
+    only when they all took the reference's token there, each leading by more than ``tie_gap``;
+    a tie when one led by ``tie_gap`` or less; inconclusive when one sent no alternative, when
+    the answers ended there (no logprob is sent for the end), or when they answer otherwise
+    there with none near a tie (the baseline is not deterministic at that token). Returns
+    (kind, the smallest lead seen)."""
     reference = references[0]["tokens"]
-    leads: list[float] = []
+    leads: list[float | None] = []
+    split = False  # a baseline answer took another token there, or ended where another went on
     for answer in references:
         tokens = answer.get("tokens") or []
-        if tokens[:index] != reference[:index] or len(tokens) <= index:
-            continue  # it went elsewhere before, or ended: it did not reach this token
-        if index < len(reference) and tokens[index] != reference[index]:
-            return TIE, min(leads, default=None)  # the baseline itself answers otherwise here
-        lead = _lead(answer, index)
-        if lead is None:
-            return INCONCLUSIVE, None
-        leads.append(lead)
-    if not leads:
-        return INCONCLUSIVE, None
-    smallest = min(leads)
-    return (TIE if smallest <= tie_gap else CONFIDENT), smallest
+        if tokens[:index] != reference[:index]:
+            continue  # it went elsewhere before: it did not reach this token
+        here = tokens[index] if index < len(tokens) else None
+        there = reference[index] if index < len(reference) else None
+        split = split or here != there
+        if here is not None:
+            leads.append(_lead(answer, index))
+    known = [lead for lead in leads if lead is not None]
+    smallest = min(known, default=None)
+    if smallest is not None and smallest <= tie_gap:
+        return TIE, smallest
+    if split or not leads or None in leads:
+        return INCONCLUSIVE, smallest
+    return CONFIDENT, smallest
 
 
 def self_disagreement(answer: Mapping[str, Any], tie_gap: float) -> dict[str, Any] | None:
@@ -609,11 +615,16 @@ def self_disagreement(answer: Mapping[str, Any], tie_gap: float) -> dict[str, An
     return {"position": index, "lead": lead, "kind": TIE if lead <= tie_gap else CONFIDENT}
 
 
+# Drafts an answer must show to count as drafted for: vLLM adds a step's counts after it sends
+# the step's tokens, so one step of the request before can fall into an answer's window.
+DRAFTED_MIN = 2
+
+
 def _drafted(answer: Mapping[str, Any]) -> bool | None:
-    """Whether the server drafted while answering (either send); None without counters."""
-    counts = [sent.get("drafts") for sent in (answer, answer.get("repeat") or {})]
-    known = [count for count in counts if count is not None]
-    return None if not known else any(count > 0 for count in known)
+    """Whether the server drafted while giving the answer compared (not its repeat); None
+    without counters."""
+    drafts = answer.get("drafts")
+    return None if drafts is None else drafts >= DRAFTED_MIN
 
 
 def fisher_one_sided(hits_a: int, total_a: int, hits_b: int, total_b: int) -> float:
@@ -641,6 +652,10 @@ def output_check(benches: Sequence[Mapping[str, Any]], sides: Sequence[str], tie
                               "drafting": {"confirmed": 0, "not_drafted": 0, "unknown": 0},
                               "repeats": None, "batched": None}
     pairs = list(zip(benches, sides, strict=True))
+    # A reference measured before these blocks (a variant's, a later draft length's) counts as
+    # one of their baseline blocks: its answers judge, its own repeat and batch are the baseline's.
+    if reference is not None and not any(bench is reference for bench, _ in pairs):
+        pairs.insert(0, (reference, paired.BASELINE))
     baselines = [bench for bench, side in pairs if side == paired.BASELINE and bench.get("outputs")]
     baselines = ([reference] if reference is not None else []) + [b for b in baselines if b is not reference]
     for bench, side in pairs:
@@ -755,11 +770,13 @@ def _output_checks(found: Mapping[str, Any], tie_gap: float, confidence: float) 
                                  f"{base['compared']} (p {batched['p_value']:.3f} < {1 - confidence:.2f}; first at "
                                  f"token {first['position']} of {first['prompt']})"})
     drafting = found["drafting"]
-    if found["compared"] and not drafting["confirmed"] and drafting["not_drafted"]:
+    if found["compared"] and not drafting["confirmed"]:
+        why = ("an image whose vLLM serves a request asking for logprobs without speculation, vllm#34497, or a "
+               "drafter that proposed nothing" if drafting["not_drafted"] else "its /metrics showed no drafting "
+               "counters")
         checks.append({"workload": "outputs", "check": "output_check", "verdict": NOTE,
-                       "reason": f"outputs: {NOT_CHECKED_WITH_SPECULATION}: the speculative server drafted for "
-                                 f"none of its {found['compared']} checked answers (an image whose vLLM serves a "
-                                 "request asking for logprobs without speculation, vllm#34497)"})
+                       "reason": f"outputs: {NOT_CHECKED_WITH_SPECULATION}: the speculative server was not seen "
+                                 f"drafting for any of its {found['compared']} checked answers ({why})"})
     elif found["compared"] and not checks:
         ties = f"; {len(found['ties'])} diverged at a numerics tie (lead <= {tie_gap})" if found["ties"] else ""
         checks.append({"workload": "outputs", "check": "output_check", "verdict": PASS,
@@ -772,10 +789,15 @@ NOT_CHECKED_WITH_SPECULATION = "outputs not checked with speculation on"
 
 
 def drafting_text(drafting: Mapping[str, int]) -> str:
-    """How many checked answers the speculative server was seen drafting for."""
+    """How many checked answers the speculative server was seen drafting for; the others were
+    not checked with speculation on."""
     total = sum(drafting.values())
     text = f"{drafting['confirmed']} of {total} checked with drafting confirmed on"
-    return text + (f" ({drafting['unknown']} without counters)" if drafting["unknown"] else "")
+    unchecked = total - drafting["confirmed"]
+    if unchecked:
+        text += (f" (the other {unchecked} not checked with speculation on"
+                 + (f", {drafting['unknown']} without counters)" if drafting["unknown"] else ")"))
+    return text
 
 
 def output_notes(found: Mapping[str, Any], tie_gap: float) -> list[str]:
@@ -798,10 +820,10 @@ def output_notes(found: Mapping[str, Any], tie_gap: float) -> list[str]:
         notes.append(f"outputs: {len(found['inconclusive'])} answer(s) inconclusive (the baseline sent no "
                      "alternative there, or answers otherwise itself)")
     if found.get("repeats"):
-        notes.append(f"outputs: each answer repeated with {found['repeats']}")
+        notes.append(f"outputs: each answer repeated: {found['repeats']}")
     batched = found.get("batched")
     if batched and not batched["beyond"]:
-        notes.append(f"outputs at c={batched['concurrency']}: speculation diverged confidently in "
+        notes.append(f"outputs in a batch of {batched['concurrency']}: speculation diverged confidently in "
                      f"{batched['speculative']['diverged']} of {batched['speculative']['compared']} answers, the "
                      f"baseline in {batched['baseline']['diverged']} of {batched['baseline']['compared']}: "
                      "within the baseline's own")

@@ -47,6 +47,12 @@ def image_fits(image: Image, device_class: str, l4t: str | None, unit_cuda: str 
 LOGPROBS_DRAFTED_SINCE = (0, 14)
 
 
+TRTLLM_OUTPUTS_NOTE = (
+    "outputs not checked token by token: TensorRT-LLM's speculative decoding serves no logprobs (its samplers "
+    "assert on them and can leave the server hung, NVIDIA/TensorRT-LLM#12546; refused from #18401), so the rollout "
+    "sends no output check there")
+
+
 def logprob_drafting_note(vllm_version: str | None) -> str | None:
     """What the plan says about the output check on an image whose vLLM may serve a logprob
     request without speculative decoding; None where it drafts for one."""
@@ -490,6 +496,7 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
     )
     if image.digest is None:
         plan["notes"].append(f"{image.ref} is a mutable tag with no pinned digest")
+    plan["notes"].append(TRTLLM_OUTPUTS_NOTE)
 
     unit_gib = facts["memory_mb"] * GIB_PER_MIB
     kv_gib = policy["specfleet_min_kv_cache_gib"]

@@ -194,7 +194,7 @@ def output_check(record: Mapping) -> str | None:
                  + (" BEYOND the baseline's" if batched.get("beyond") else ""))
     for side, entries in (found.get("self") or {}).items():
         if entries:
-            text += f", {side} unstable {len(entries)}"
+            text += f", {side} repeats differed {len(entries)}"
     return text
 
 

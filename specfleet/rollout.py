@@ -375,7 +375,8 @@ def slim(bench: Mapping[str, Any] | None) -> dict[str, Any] | None:
                    for level, cell in cells.items()}
         for workload, cells in (bench.get("results") or {}).items()
     }
-    return {**{key: value for key, value in bench.items() if key != "outputs"}, "results": results}
+    return {**{key: value for key, value in bench.items() if key not in ("outputs", "outputs_batched")},
+            "results": results}
 
 
 def block_measured(

@@ -33,6 +33,7 @@ import http.client
 import json
 import math
 import re
+import secrets
 import select
 import selectors
 import socket
@@ -1225,15 +1226,17 @@ def tagged(text: str, tag: str) -> str:
     return f"Request {tag}.\n\n{text}"
 
 
-def check_salt(nonce_salt: str, workload: str, position: int, which: str) -> str:
-    """The prefix-cache salt of one output-check request (``which``: first, repeat, batched):
-    another for each, so no check answer is served from a cache its repeat or the measured run
-    filled; hex, as vLLM takes any non-empty string."""
-    return hashlib.sha256(f"check/{nonce_salt}/{workload}/{position}/{which}".encode()).hexdigest()[:16]
+def check_salt(bench_token: str, workload: str, position: int, which: str) -> str:
+    """The prefix-cache salt of one output-check request (``which``: first, repeat, batched) of
+    the benchmark ``bench_token`` names (random: a server that served an earlier benchmark has
+    not seen these salts either): another for each, so no check answer is served from a cache
+    its repeat, the measured run or an earlier check filled; hex, as vLLM takes any non-empty
+    string. The salts need not match between servers: they change no answer."""
+    return hashlib.sha256(f"check/{bench_token}/{workload}/{position}/{which}".encode()).hexdigest()[:16]
 
 
 # What a repeat of the output check shares with its first answer, as the bench records it.
-REPEATS_SALTED = "another prefix-cache salt (cache_salt) each"
+REPEATS_SALTED = "each request with its own prefix-cache salt (cache_salt)"
 REPEATS_SHARED = "the same request (the prefix cache may serve its prefill)"
 
 
@@ -1380,14 +1383,17 @@ def run_benchmark(
     batched: dict[str, dict[str, Any]] = {}
     batch_level = max(concurrency)
     phase = f"c{first_level}/run0"  # the measured run's nonces: both sides answer the same requests
+    bench_token = secrets.token_hex(8)
+    counting = [True]  # /metrics answered: a server whose /metrics failed once is not asked again
 
     def checked(workload: str, picks: list[int], positions: list[int], level: int, which: str,
                 entries: list[tuple[str, str]]) -> tuple[BatchResult, int | None]:
         """One check batch and the drafts the server counted while it ran (None: no counters)."""
-        salts = [check_salt(nonce_salt, workload, position, which) if cache_salt else None for position in positions]
-        ok_before, before = scrape()
+        salts = [check_salt(bench_token, workload, position, which) if cache_salt else None for position in positions]
+        ok_before, before = scrape() if counting[0] else (False, None)
         batch = batch_of(workload, phase, picks, level, entries, top_logprobs, positions=positions, salts=salts)
-        ok_after, after = scrape() if not batch.failed else (False, None)
+        ok_after, after = scrape() if counting[0] and ok_before and not batch.failed else (False, None)
+        counting[0] = counting[0] and ok_before and (ok_after or batch.failed)
         delta = counter_delta(before, after) if ok_before and ok_after else None
         return batch, None if delta is None else int(delta["drafts"])
 

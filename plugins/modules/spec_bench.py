@@ -99,9 +99,10 @@ options:
     default: 2
   cache_salt:
     description:
-      - Give every output-check request its own C(cache_salt) (vLLM's prefix-cache salt), so a
-        repeat is not served from the prefill of the answer it repeats. False for a server that
-        refuses the field (TensorRT-LLM's OpenAI server forbids fields it does not know).
+      - Give every output-check request its own C(cache_salt) (vLLM's prefix-cache salt, from
+        0.9.0), so a repeat is not served from the prefill of the answer it repeats. False for a
+        server that refuses the field (an OpenAI-compatible server that forbids fields it does
+        not know).
     type: bool
     default: true
   max_tokens:

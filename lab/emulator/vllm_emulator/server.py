@@ -97,6 +97,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     completed_requests: int = 0
     received_requests: int = 0  # answers planned so far (unstable_outputs keys on it)
+    in_flight: int = 0  # generation requests received and not yet answered (batched_divergence)
     # The prefix cache as far as answers go: digests of (cache_salt, rendered prompt) prefilled
     # before (cache_hit_flips keys on it), at most PREFIX_CACHE_ENTRIES, the oldest forgotten.
     prefix_cache: dict[bytes, None] = field(default_factory=dict)
@@ -211,6 +212,11 @@ def requested_logprobs(kind: str, body: dict[str, Any]) -> int | None:
     return int(count)
 
 
+def _asks_logprobs(body: dict[str, Any]) -> bool:
+    """Whether a chat or completions body asks for log probabilities in any form."""
+    return bool(body.get("logprobs")) or bool(body.get("top_logprobs")) or bool(body.get("prompt_logprobs"))
+
+
 def check_max_logprobs(state: ServerState, count: int | None) -> None:
     """SamplingParams._validate_logprobs (vllm/sampling_params.py; before that the V1 input
     processor): -1 means the whole vocabulary, and --max-logprobs (-1: the vocabulary)
@@ -240,15 +246,12 @@ CACHE_SALT_ERROR = "Parameter 'cache_salt' must be a non-empty string if provide
 
 def cache_salt_of(state: ServerState, body: dict[str, Any]) -> str | None:
     """The request's prefix-cache salt, validated as its vLLM validates it (the request model's
-    check_cache_salt_support: a string, not empty); TensorRT-LLM's OpenAI server forbids a field
-    its request model lacks (extra="forbid")."""
+    check_cache_salt_support: a string, not empty), and as TensorRT-LLM's OpenAI server does
+    (the same check since NVIDIA/TensorRT-LLM#7106, merged 2025-09, before the 1.2 releases)."""
     salt = body.get("cache_salt")
     if salt is None:
         return None
-    if state.flavour == TRTLLM:
-        raise ApiError(400, "1 validation error for ChatCompletionRequest\ncache_salt\n  Extra inputs are not "
-                            "permitted [type=extra_forbidden]", param="cache_salt")
-    if version_tuple(emulated_vllm_version()) < CACHE_SALT_SINCE:
+    if state.flavour == VLLM and version_tuple(emulated_vllm_version()) < CACHE_SALT_SINCE:
         return None
     if not isinstance(salt, str) or not salt:
         raise request_validation_error(body, CACHE_SALT_ERROR, "cache_salt", salt)
@@ -266,6 +269,25 @@ def prefix_cache_hit(state: ServerState, salt: str | None, rendered: str) -> boo
         while len(state.prefix_cache) > PREFIX_CACHE_ENTRIES:
             state.prefix_cache.pop(next(iter(state.prefix_cache)))
     return hit
+
+
+# How long a request waits, before its answer is planned, for others sent with it to arrive.
+BATCH_WINDOW_S = 0.05
+
+
+def batched_now(state: ServerState) -> bool:
+    """Whether another request shares this one's decode (batched_divergence only: it waits
+    BATCH_WINDOW_S for requests sent together to arrive, so the first of a batch counts too)."""
+    if not (state.faults.batched_divergence and state.speculative is not None):
+        return False
+    deadline = time.monotonic() + BATCH_WINDOW_S
+    while True:
+        with state.lock:
+            if state.in_flight > 1:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
 
 
 def apply_output_faults(state: ServerState, plan: AnswerPlan, request_number: int, *, batched: bool = False,
@@ -301,6 +323,12 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
         raise ApiError(400, "Request body must be a JSON object")
     # The request model's validators run first (FastAPI parses the body before the handler).
     logprobs = requested_logprobs(kind, body) if state.flavour == VLLM else None
+    if state.flavour == TRTLLM and state.speculative is not None and _asks_logprobs(body):
+        # TensorRT-LLM's speculative samplers support no log probabilities: its releases before
+        # NVIDIA/TensorRT-LLM#18401 (2026-08) assert in the sampler and can leave the server hung
+        # (#12546); from it, the request is refused at admission. Refused here, never served.
+        raise ApiError(400, "Speculative decoding does not support the requested output options: "
+                            "log probabilities", param="logprobs")
     salt = cache_salt_of(state, body)
     model_name = body.get("model") or state.served_model_names[0]
     if model_name not in state.served_model_names:
@@ -391,9 +419,8 @@ def prepare_request(state: ServerState, kind: str, body: Any) -> PreparedRequest
     with state.lock:
         number = state.received_requests
         state.received_requests += 1
-    engine = state.engine
-    batched = engine is not None and engine.running_count + engine.waiting_count > 0
-    apply_output_faults(state, plan, number, batched=batched, cache_hit=prefix_cache_hit(state, salt, rendered))
+    apply_output_faults(state, plan, number, batched=batched_now(state),
+                        cache_hit=prefix_cache_hit(state, salt, rendered))
     output = plan.tokens
     digest = hashlib.sha256(
         f"{state.engine_seed}\x00{sampling_seed}\x00{rendered}".encode("utf-8", "surrogatepass")
@@ -570,6 +597,17 @@ class EmulatorHandler(BaseHTTPRequestHandler):
                 self._json(404, {"detail": "Not Found"})
             return
         kind = "chat" if path.endswith("chat/completions") else "completion"
+        # In flight from here until answered: requests sent together all count (the first one
+        # too, once the others arrive: as real batching, it shares its steps with them).
+        with self.state.lock:
+            self.state.in_flight += 1
+        try:
+            self._generate(kind, raw)
+        finally:
+            with self.state.lock:
+                self.state.in_flight -= 1
+
+    def _generate(self, kind: str, raw: bytes) -> None:
         try:
             try:
                 body = json.loads(raw or b"null")

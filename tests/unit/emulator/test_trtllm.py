@@ -778,3 +778,22 @@ def test_classifier_reads_trtllm_startup_failures(trtllm: Any, spark_env: dict[s
                                           env={**spark_env, "SPECFLEET_EMULATOR_GPU_FILE": str(small)}))
     assert failure == "oom_at_start"
     assert any("Executor creation failed due to insufficient GPU memory" in line for line in decisive)
+
+
+def test_a_speculative_server_refuses_a_logprobs_request_a_baseline_serves(trtllm: Any, lab_root: Path) -> None:
+    """TensorRT-LLM's speculative samplers support no log probabilities (they asserted and could
+    hang the server before NVIDIA/TensorRT-LLM#18401 refused them at admission): refused."""
+    options = toolkit_options("eagle3", EAGLE3, eagle3_name="Eagle")
+    options["speculative_config"]["speculative_model_dir"] = str(repo_cache_snapshot(lab_root, EAGLE3))
+    server = trtllm(options, model=TARGET_FP4)
+    asks = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0,
+            "logprobs": True, "top_logprobs": 2}
+    status, body = server.post("/v1/chat/completions", asks)
+    assert status == 400 and "log probabilities" in json.dumps(body)
+    baseline = trtllm(toolkit_options(None, None), model=TARGET_FP4)
+    status, body = baseline.post("/v1/chat/completions", asks)
+    assert status == 200, body
+    # A prefix-cache salt is validated as vLLM validates it (NVIDIA/TensorRT-LLM#7106).
+    status, body = baseline.post("/v1/chat/completions", {**asks, "logprobs": False, "top_logprobs": None,
+                                                          "cache_salt": ""})
+    assert status == 400 and "cache_salt" in json.dumps(body)

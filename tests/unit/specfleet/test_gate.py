@@ -444,3 +444,51 @@ def test_fisher_one_sided():
     assert gate.fisher_one_sided(3, 16, 0, 16) == pytest.approx(560 / 4960)
     assert gate.fisher_one_sided(0, 16, 0, 16) == 1.0
     assert gate.fisher_one_sided(16, 16, 0, 16) < 1e-8
+
+
+def test_a_reference_from_before_the_blocks_judges_the_batch_and_its_own_repeats():
+    """A variant (a per-batch-size table, a later draft length) is judged on the blocks after
+    the first decision: no baseline among them ran the check; the first baseline block's did."""
+    everywhere = {f"{workload}-p{index:02d}": 3 for workload in ("code_edit", "chat") for index in range(8)}
+    later = bench("baseline", seed=3)
+    later["outputs"], later["outputs_batched"] = {}, {}
+    spec = bench("speculative", 1.8, c8_speed=1.2, chat_speed=1.1, acceptance=ACCEPTANCE, batched_diverge_at=everywhere)
+    sides = ["baseline", "speculative", "baseline"]
+    found = gate.output_check([later, spec, later], sides, 0.1, bench("baseline", seed=1))
+    assert found["batched"]["beyond"] and found["batched"]["baseline"] == {"diverged": 0, "compared": 16}
+    # The reference's own repeat: a baseline that answers itself otherwise leaves its prompts inconclusive.
+    found = gate.output_check([later, spec, later], sides, 0.1, bench("baseline", seed=1, unstable="confident"))
+    assert {entry["kind"] for entry in found["self"]["baseline"]} == {"confident"}
+    assert found["batched"]["speculative"]["diverged"] == 0 and not found["batched"]["beyond"]
+
+
+def test_a_check_without_drafting_counters_is_not_called_identical_either():
+    sides = aba(1.8, c8_speed=1.2, chat_speed=1.1)
+    for answers in sides[1]["bench"]["outputs"].values():
+        for found in answers.values():
+            found["drafts"] = found["repeat"]["drafts"] = None
+    verdict = gate.decide(sides, POLICY)
+    assert verdict["output_check"]["drafting"] == {"confirmed": 0, "not_drafted": 0, "unknown": 16}
+    assert any(gate.NOT_CHECKED_WITH_SPECULATION in reason and "no drafting counters" in reason
+               for reason in verdict["reasons"]), verdict["reasons"]
+    # Drafting is judged on the answer compared, not on its repeat; one spilled step is not drafting.
+    sides = aba(1.8, c8_speed=1.2, chat_speed=1.1)
+    for answers in sides[1]["bench"]["outputs"].values():
+        for found in answers.values():
+            found["drafts"], found["repeat"]["drafts"] = 1, 20
+    assert gate.decide(sides, POLICY)["output_check"]["drafting"]["confirmed"] == 0
+
+
+def test_a_divergence_is_judged_alike_whatever_the_order_of_the_baseline_answers():
+    def answer(tokens, margins):
+        return {"tokens": tokens, "margins": margins}
+
+    reference, other = answer(["a", "b"], [2.5, 2.5]), answer(["a", "c"], [2.5, 2.5])
+    silent = answer(["a", "b"], [2.5, None])
+    assert gate.divergence_kind(1, [reference, other], 0.1) == ("inconclusive", 2.5)  # the baseline splits there
+    assert gate.divergence_kind(1, [silent, other], 0.1)[0] == gate.divergence_kind(1, [other, silent], 0.1)[0]
+    near = answer(["a", "b"], [2.5, 0.05])
+    assert gate.divergence_kind(1, [reference, near], 0.1) == ("tie", 0.05)
+    assert gate.divergence_kind(1, [reference, answer(["a", "b"], [2.5, 3.0])], 0.1) == ("confident", 2.5)
+    # Where the reference ended (no logprob is sent for the end), nothing is confident.
+    assert gate.divergence_kind(2, [reference], 0.1)[0] == "inconclusive"

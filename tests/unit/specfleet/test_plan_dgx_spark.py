@@ -321,3 +321,10 @@ def test_a_trtllm_serving_says_its_method_from_its_options(spark):
     assert plan["serving"]["engine_options"]["speculative_config"]["decoding_type"] == "Eagle"  # this image's name
     assert serving.speculation(plan["serving"]) == {"method": "eagle3", "num_speculative_tokens": 5}
     assert serving.speculation(plan["baseline_serving"]) == {"method": None, "num_speculative_tokens": None}
+
+
+def test_a_spark_plan_says_its_outputs_are_not_checked(spark):
+    from specfleet.plan import TRTLLM_OUTPUTS_NOTE
+
+    plan = plan_for(spark, "gpt-oss-120b")
+    assert TRTLLM_OUTPUTS_NOTE in plan["notes"] and "TensorRT-LLM#12546" in TRTLLM_OUTPUTS_NOTE

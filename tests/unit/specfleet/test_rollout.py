@@ -815,3 +815,8 @@ def test_a_draft_length_that_does_not_start_beside_the_baseline_is_tried_alone()
 def test_a_baseline_only_plan_shares_nothing():
     state = started(plan={**BASELINE_ONLY, "side_by_side": SHARED})
     assert state["sharing"] is None and state["measured_baseline"] == state["baseline"]
+
+
+def test_a_units_record_keeps_no_output_check_tokens():
+    slim = rollout.slim(bench("baseline"))
+    assert "outputs" not in slim and "outputs_batched" not in slim and slim["output_check"]
