@@ -49,6 +49,8 @@ CLASS_MODELS = {
 }
 # Keys of `specfleet facts` output that describe the hardware (the inventories'
 # specfleet_expected_facts shape); the rest (compatible, module, paths) is not declared.
+# Prompts per workload in the lab's output check (8 by default): a shorter block.
+BENCH_OUTPUT_CHECK = 4
 EXPECTED_FACT_KEYS = ("device_class", "model", "sku", "memory_mb", "l4t", "jetpack", "cuda")
 # Emulator-only serving environment: every modelled duration x 0.05 (20x faster runs).
 EMULATOR_ENV = {"SPECFLEET_EMULATOR_TIME_SCALE": "0.05"}
@@ -154,7 +156,7 @@ def group_vars_all(
     data["specfleet_serve_ulimits"] = {"stack": "67108864:67108864"}
     data["specfleet_bench_warmups"] = 1
     data["specfleet_bench_requests"] = 8
-    data["specfleet_bench_output_check"] = 4
+    data["specfleet_bench_output_check"] = BENCH_OUTPUT_CHECK
     return data
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
 from specfleet_lab import lab
+from specfleet_lab.inventory import BENCH_OUTPUT_CHECK
 
 from specfleet import gate
 from tests.conftest import lab_decision, on_unit
@@ -23,7 +24,7 @@ from tests.conftest import lab_playbook as playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 HOST = "thor-01"
-CHECKED = 16  # 8 prompts of each of the two workloads
+CHECKED = 2 * BENCH_OUTPUT_CHECK  # the lab's checked prompts of each of the two workloads
 
 
 @pytest.fixture(scope="module")
