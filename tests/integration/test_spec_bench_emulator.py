@@ -157,7 +157,8 @@ def test_gate_keeps_eagle3_and_reverts_a_head_that_drafts_poorly_on_chat(blocks,
     assert 0.4 < gain["lower"] <= gain["value"] < 0.9
     assert verdict["figures"]["chat"]["throughput_gain_c1"]["lower"] > 0.5
     found = verdict["output_check"]
-    assert found["compared"] == 16 and not found["diverged"] and not found["unstable"]
+    assert found["compared"] == 16 and not found["diverged"] and found["self"] == {"baseline": [], "speculative": []}
+    assert found["drafting"] == {"confirmed": 16, "not_drafted": 0, "unknown": 0}  # checked with speculation on
     weak = decide(weak_chat_blocks, policy.merge({}))
     assert weak["decision"] == "revert", weak["reasons"]
     failed = [(check["workload"], check["check"]) for check in weak["checks"] if check["verdict"] == "fail"]
