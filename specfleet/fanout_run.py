@@ -103,6 +103,7 @@ def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None
     wanted = set(limit) if limit else None
     nodes = []
     problems: list[str] = []
+    destinations: dict[str, tuple[str, int] | None] = {}
     for name, hv in host_variables(inventory).items():
         if wanted is not None and name not in wanted:
             continue
@@ -112,6 +113,7 @@ def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None
         if found:
             problems += found
             continue
+        destinations[name] = variables.destination_of(name, hv)
         host = str(variables.first_set(hv, variables.HOST_VARIABLES, name))
         port = variables.port_of(hv, *variables.HOST_PORT_VARIABLES)
         nodes.append(Node(
@@ -121,7 +123,7 @@ def nodes_from_inventory(inventory: str | list[str], limit: Iterable[str] | None
             peer=str(variables.first_set(hv, ("specfleet_fanout_address",), host)),
             peer_port=variables.port_of(hv, "specfleet_fanout_port", default=port),
         ))
-    problems += variables.same_unit_problems({node.name: (node.host.lower(), node.port) for node in nodes})
+    problems += variables.same_unit_problems(destinations)
     if problems:
         raise ValueError("; ".join(problems))
     if wanted is not None:

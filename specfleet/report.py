@@ -790,7 +790,7 @@ def render(run_dir: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
     try:
         return _outputs(records, run_id, info, since), records
     except RENDER_ERRORS as exc:
-        raise unrenderable(run_dir) or exc from None
+        raise unrenderable(run_dir, records) or exc from None
 
 
 def _outputs(records: list[dict[str, Any]], run_id: str, info: Mapping[str, Any], since: str | None
@@ -808,10 +808,12 @@ def _outputs(records: list[dict[str, Any]], run_id: str, info: Mapping[str, Any]
 RENDER_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
 
 
-def unrenderable(run_dir: Path) -> loading.FileProblem | None:
-    """The first record of the run that cannot be rendered on its own (a value inside it of a
-    type this specfleet never writes), as the problem naming its file."""
-    for path, record in zip(record_files(run_dir), load_run(run_dir), strict=False):
+def unrenderable(run_dir: Path, records: list[dict[str, Any]] | None = None) -> loading.FileProblem | None:
+    """The first record of the run (``records``, as load_run read them, else read now) that
+    cannot be rendered on its own (a value inside it of a type this specfleet never writes), as
+    the problem naming its file."""
+    found = load_run(run_dir) if records is None else records
+    for path, record in zip(record_files(run_dir), found, strict=False):
         try:
             _outputs([record], run_dir.name, {}, None)
         except RENDER_ERRORS as exc:

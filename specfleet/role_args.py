@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from specfleet.variables import SHOWN_CHARS, env_problems, kind_of, shown, unit_path_problem
+from specfleet.variables import SHOWN_CHARS, env_problems, kind_of, one_line_problem, shown, unit_path_problem
 
 ROLE_PREFIX = "specfleet_"
 
@@ -34,9 +34,6 @@ CONTROLLER_DIRS = ("specfleet_hf_cache_store", "specfleet_tiktoken_source_dir", 
 # `:latest`, so two units could run different images under one name.
 IMAGE_REFS = ("specfleet_image_ref", "specfleet_docker_gpu_smoke_image")
 _TAG_OR_DIGEST = re.compile(r"(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
-# Every string option is one line: a line break in an image reference, a URL or a name would
-# start a new line in the file or command it is written into (an apt source, a unit file).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The apt mirror's fields that are one line in its source entry (its key is an armored block).
 APT_MIRROR = "specfleet_bootstrap_apt_mirror"
 APT_MIRROR_LINES = ("uri", "suite")
@@ -149,7 +146,8 @@ def problems(variables: Mapping[str, Any], specs: Mapping[str, Mapping[str, dict
 
 
 def text_problems(name: str, option: Mapping[str, Any], value: Any) -> list[str]:
-    """Strings of a (type-checked) option that would break the line they are written into."""
+    """Strings of a (type-checked) option that would break the line they are written into: every
+    string option is one line (the apt mirror's armored key aside: only its one-line fields)."""
     kind = option.get("type", "str")
     if kind == "path":
         return [problem for problem in [unit_path_problem(name, value)] if problem]
@@ -162,8 +160,7 @@ def text_problems(name: str, option: Mapping[str, Any], value: Any) -> list[str]
         lines = [(name, value)]
     else:
         return []
-    return [f"{where}: {shown(text)} has a line break or control character; it must be one line"
-            for where, text in lines if isinstance(text, str) and _CONTROL.search(text)]
+    return [problem for where, text in lines if (problem := one_line_problem(where, text))]
 
 
 def variable_names(specs: Mapping[str, Mapping[str, dict]]) -> set[str]:

@@ -393,9 +393,8 @@ def _address(name: str, host_vars: Mapping[str, Any]) -> str:
     for people, Ansible connects by itself."""
     for key in variables.HOST_VARIABLES:
         value = host_vars.get(key)
-        # A vaulted value is no str; a template is resolved only by Ansible.
-        if isinstance(value, str) and value and "{{" not in value:
-            return str(value)
+        if isinstance(value, str) and value and variables.is_literal(value):  # else Ansible's to resolve
+            return value
     return name
 
 

@@ -207,8 +207,8 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
         elif kind in ("path", "host"):
             if not isinstance(value, str) or not value.strip():
                 problem = f"{name}: must be a non-empty string, got {shown(value)}"
-            elif any(ord(char) < 0x20 or char == "\x7f" for char in value):
-                problem = f"{name}: {shown(value)} has a line break or control character; it must be one line"
+            else:
+                problem = one_line_problem(name, value)
         elif kind == "count":
             problem = _count_problem(name, value, int(entry.get("min", 0)))
         elif kind == "percent":
@@ -220,6 +220,24 @@ def public_problems(values: Mapping[str, Any]) -> list[str]:
         if problem:
             problems.append(problem)
     return problems
+
+
+# A string written into a line of a file or command (an apt source, a unit file, an image
+# reference) must not start another line there.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line_problem(name: str, value: Any) -> str | None:
+    """Why string ``value`` of ``name`` is not one line, else None."""
+    if isinstance(value, str) and _CONTROL.search(value):
+        return f"{name}: {shown(value)} has a line break or control character; it must be one line"
+    return None
+
+
+def is_literal(value: Any) -> bool:
+    """A value as written, not Ansible's to resolve: a str or an int without a Jinja2 template
+    (a vaulted value is neither: Ansible's EncryptedString)."""
+    return isinstance(value, str | int) and not (isinstance(value, str) and "{{" in value)
 
 
 # A path on a unit is written into shell commands and into authorized_keys' forced command.
@@ -279,16 +297,10 @@ def connection_problems(host: Any, host_vars: Mapping[str, Any], templated_ok: b
         problems.append(named)
     where = f"host {shown(host)}" if named else str(host)
 
-    def literal(value: Any) -> bool:
-        if not templated_ok:
-            return True
-        # A vaulted value is no str (Ansible's EncryptedString); a template is a str with braces.
-        return isinstance(value, str | int) and not (isinstance(value, str) and "{{" in value)
-
     for names, fits, wrong in _CONNECTION_CHECKS:
         for name in names:
             value = host_vars.get(name)
-            if value is not None and literal(value) and not fits(value):
+            if value is not None and (not templated_ok or is_literal(value)) and not fits(value):
                 problems.append(f"{where}: {name}: {wrong.format(value=shown(value))}")
     return problems
 
@@ -329,7 +341,7 @@ def destination_of(host: str, host_vars: Mapping[str, Any]) -> tuple[str, int] |
         return None
     address = first_set(host_vars, HOST_VARIABLES, host)
     port = first_set(host_vars, HOST_PORT_VARIABLES, 22)
-    if not all(isinstance(value, str | int) and "{{" not in str(value) for value in (address, port)):
+    if not (is_literal(address) and is_literal(port)):
         return None
     if not _port_fits(port):
         return None  # connection_problems names it

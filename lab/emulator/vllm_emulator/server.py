@@ -296,23 +296,24 @@ def apply_output_faults(state: ServerState, plan: AnswerPlan, request_number: in
     another request was in flight when this one arrived; ``cache_hit``: its prefill was cached."""
     faults = state.faults
     start = faults.divergence_after_tokens
-    if faults.output_divergence == "tie":
+
+    def flip_first_near_tie(why: str) -> None:
         position = plan.first_near_tie(start)
         if position is not None:
-            plan.diverge(position, "second", "tie")
+            plan.diverge(position, "second", why)
+
+    if faults.output_divergence == "tie":
+        flip_first_near_tie("tie")
     elif faults.output_divergence == "confident" or (
             faults.batched_divergence and batched and state.speculative is not None):
         position = plan.first_confident(start)
         if position is not None:
             plan.diverge(position, "far", "confident")
     if faults.cache_hit_flips and cache_hit:
-        position = plan.first_near_tie(start)
-        if position is not None:
-            plan.diverge(position, "second", "cache hit")
+        flip_first_near_tie("cache hit")
     if faults.unstable_outputs == UNSTABLE_TIE:
-        position = plan.first_near_tie(start) if request_number % 2 else None
-        if position is not None:
-            plan.diverge(position, "second", "unstable")
+        if request_number % 2:
+            flip_first_near_tie("unstable")
     elif faults.unstable_outputs and len(plan.tokens) > start:
         plan.diverge(start + request_number % (len(plan.tokens) - start), "second", "unstable")
 
