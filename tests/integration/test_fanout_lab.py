@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from specfleet_lab import engine, lab
 from specfleet_lab.config import LabConfig
 
@@ -557,3 +558,52 @@ def test_units_on_ssh_port_2222_copy_unit_to_unit_with_host_keys_checked(lab_uni
     finally:
         for node in lab_units:
             in_unit(node, "sh", "-c", "kill $(cat /run/sshd-2222.pid)")
+
+
+def ssh_dir(node: Node) -> str:
+    """The login user's ~/.ssh as a listing (names, sizes, times) and its authorized_keys."""
+    return ssh(node, "ls -la --time-style=+%s ~/.ssh; cat ~/.ssh/authorized_keys").stdout
+
+
+def inventory_hosts_map(inventory: dict) -> dict:
+    """The first ``hosts`` map of an inventory document (the lab's units)."""
+    stack = [inventory]
+    while stack:
+        found = stack.pop()
+        if isinstance(found, dict):
+            if isinstance(found.get("hosts"), dict) and found["hosts"]:
+                return found["hosts"]
+            stack.extend(found.values())
+    raise AssertionError("no hosts in the lab's inventory")
+
+
+@pytest.mark.parametrize("hostile", ["host-name", "ansible-host"])
+def test_a_host_name_or_address_that_is_an_ssh_option_reaches_no_unit(lab_units, tmp_path, hostile):
+    """The lab's own inventory with one entry made hostile (a host named `-oProxyCommand=...`,
+    or a real unit's ansible_host set to it): distribute, hostkeys and status refuse it before
+    ssh runs; the ProxyCommand's file is not created and no unit is touched."""
+    cfg = LabConfig()
+    document = yaml.safe_load((cfg.inventory_dir / "hosts.yml").read_text())
+    hosts = inventory_hosts_map(document)
+    marker = tmp_path / "pwned"
+    victim = next(iter(hosts))
+    if hostile == "host-name":
+        hosts[f"-oProxyCommand=touch {marker}"] = dict(hosts[victim])
+    else:
+        hosts[victim] = {**hosts[victim], "ansible_host": f"-oProxyCommand=touch {marker}"}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump(document))
+    store = tmp_path / "store"
+    make_store(store, b"hostile")
+    before = {node.name: ssh_dir(node) for node in lab_units}
+    commands = {"distribute": ["--store", str(store), "--name", NAME, "--root", ROOT],
+                "hostkeys": [], "status": ["--timeout", "5"]}
+    for command, extra in commands.items():
+        result = subprocess.run([str(REPO / ".venv/bin/specfleet"), command, "-i", str(inventory), *extra],
+                                cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 2, (command, result.stdout[-2000:], result.stderr[-2000:])
+        complaint = result.stderr.strip().splitlines()[-1]
+        variable = "inventory_hostname" if hostile == "host-name" else "ansible_host"
+        assert variable in complaint and "Traceback" not in result.stderr, (command, result.stderr)
+        assert not marker.exists(), command
+    assert {node.name: ssh_dir(node) for node in lab_units} == before
