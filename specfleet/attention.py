@@ -1,7 +1,7 @@
 """What the organiser does next: the units of a run that need attention, each with its cause
 in one sentence and the exact command that moves it on.
 
-Read from the unit records a rollout run wrote (specfleet.report.load_run) and nothing else,
+Read from the unit records a rollout run wrote (specfleet.runs.load_run) and nothing else,
 so the report, the console summary and ``specfleet report`` say the same. Pure functions.
 
 The commands follow how the playbooks remember decisions: a unit's decision stands for its

@@ -22,7 +22,7 @@ from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity im
 )
 
 from specfleet import cache as cache_module
-from specfleet import compare, loading, render, variables
+from specfleet import compare, loading, render, runs, variables
 from specfleet import inventory as inventory_module
 from specfleet import kserve as kserve_module
 from specfleet import policy as policy_module
@@ -222,7 +222,7 @@ def run_id_problem(option: str, run: str) -> str | None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    runs_dir = Path(args.runs_dir) if args.runs_dir else report_module.runs_root()
+    runs_dir = Path(args.runs_dir) if args.runs_dir else runs.runs_root()
     named = [("--compare", run) for run in args.compare or []] + ([("--run", args.run)] if args.run else [])
     problems = [problem for option, run in named if (problem := run_id_problem(option, run))]
     if problems:
@@ -239,8 +239,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"specfleet report --compare: no run named {', '.join(missing)} in {runs_dir}", file=sys.stderr)
             return EXIT_BAD_INPUT
         try:
-            found = compare.compare_runs(report_module.load_run(dirs[0]), report_module.load_run(dirs[1]),
-                                         report_module.invocation(report_module.load_run_info(dirs[1])))
+            found = compare.compare_runs(runs.load_run(dirs[0]), runs.load_run(dirs[1]),
+                                         report_module.invocation(runs.load_run_info(dirs[1])))
         except loading.FileProblem as exc:
             print(f"specfleet report --compare: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -251,7 +251,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         sys.stdout.write(compare.to_markdown(found, dirs[0].name, dirs[1].name))
         return 0
-    run_dir = runs_dir / args.run if args.run else report_module.latest_run(runs_dir)
+    run_dir = runs_dir / args.run if args.run else runs.latest_run(runs_dir)
     if run_dir is None or not (run_dir / "units").is_dir():
         wanted = f"named {args.run}" if args.run else "at all"
         print(f"specfleet report: no run {wanted} in {runs_dir}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Run against run: per unit, what changed between two rollout runs and which figures moved
 beyond their noise (the upgrade sentinel: a new image, JetPack or k, and what it did).
 
-Pure functions over the unit records two runs wrote (specfleet.report.load_run). A figure has
+Pure functions over the unit records two runs wrote (specfleet.runs.load_run). A figure has
 moved when the change is larger than its own noise says it could be by chance:
 - the gate's speedups (c=1 throughput, c=8 throughput change): their confidence intervals
   (paired by prompt, specfleet.paired) do not overlap;
@@ -23,7 +23,7 @@ from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import cell, cell_key
 
-from specfleet import attention, report
+from specfleet import attention, runs
 
 LATENCY_FLOOR = 0.10
 ACCEPTANCE_SIGMAS = 3.0
@@ -51,13 +51,13 @@ class UnitComparison:
 
 
 def _software(record: Mapping) -> str | None:
-    found = (report.bench_context(record, "runtime") or {}).get("server_version")
+    found = (runs.bench_context(record, "runtime") or {}).get("server_version")
     return str(found) if found else None
 
 
 def _jetpack(record: Mapping) -> str | None:
     """"JetPack 7.0, L4T 38.2.0" from the bench context's hardware line."""
-    found = re.search(r"JetPack [^,]+, L4T \S+", str(report.bench_context(record, "hardware") or ""))
+    found = re.search(r"JetPack [^,]+, L4T \S+", str(runs.bench_context(record, "hardware") or ""))
     return found.group(0) if found else None
 
 
@@ -139,8 +139,8 @@ def compare_unit(before: Mapping, after: Mapping,
         old, new = read(before), read(after)
         if old != new:
             found.changes.append(f"{title}: {old if old is not None else '-'} -> {new if new is not None else '-'}")
-    workload, figures = report.gated(after)
-    old_workload, old_figures = report.gated(before)
+    workload, figures = runs.gated(after)
+    old_workload, old_figures = runs.gated(before)
     if workload is not None and workload == old_workload:
         for name, key, show in (("speedup c=1", "throughput_gain_c1", lambda v: f"{1 + v:.2f}x"),
                                 ("throughput change c=8", "throughput_change_c8", lambda v: f"{v * 100:+.1f}%")):

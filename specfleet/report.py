@@ -1,8 +1,8 @@
 """The fleet report of one rollout run: JSON, CSV, Markdown and one self-contained HTML page.
 
-A run folder holds ``units/<host>.json``, one record per unit written by the rollout; the
-report is assembled from them once, by the controller, so no two writers share a file.
-Pure rendering functions plus one ``write_report`` that does the I/O.
+Read from the run's folder (specfleet.runs: ``units/<host>.json``, one record per unit written
+by the rollout); the report is assembled from them once, by the controller, so no two writers
+share a file. Pure rendering functions plus one ``write_report`` that does the I/O.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import html
 import io
 import json
 import math
-import os
 import statistics
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,10 +21,9 @@ from typing import Any
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
 from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
-from specfleet import attention, batch_table, compare, gate, loading, sweep, variables
+from specfleet import attention, batch_table, compare, gate, loading, runs, sweep
 from specfleet.console import units_text
 
-DECISIONS = ("kept", "reverted", "failed")
 CSV_COLUMNS = (
     "host", "device_class", "model", "power", "decision", "method", "num_speculative_tokens", "serving",
     "workload", "speedup_c1", "speedup_c1_bounds", "tpot_p50_baseline_ms", "tpot_p50_speculative_ms", "speedup_c8",
@@ -38,69 +35,6 @@ CSV_COLUMNS = (
 # The Markdown table's optional columns: (row column, title, the unit record's field).
 OPTIONAL_COLUMNS = (("draft_sweep", "k sweep", "sweep"), ("batch_table", "batch table", "batch_table"))
 
-RUNS_ENV = "SPECFLEET_RUNS_DIR"
-RUN_INFO = "run.json"  # how the run was started and how long it took (the summary callback writes it)
-
-
-def runs_root() -> Path:
-    """Where rollout runs are kept: ``$SPECFLEET_RUNS_DIR``, else ``runs/`` in the working
-    directory (the checkout, or wherever an installed collection's playbook is run from)."""
-    return Path(os.environ.get(RUNS_ENV) or "runs").absolute()
-
-
-def run_folder(run_id: str) -> Path:
-    """One run's folder: ``units/<host>.json`` written by the rollout, the report beside them."""
-    if not variables.is_file_name(run_id):
-        raise ValueError(f"specfleet_run_id: {variables.shown(run_id)} cannot name a folder (letters, digits, "
-                         "'.', '_' or '-')")
-    return runs_root() / run_id
-
-
-def unit_file(run_dir: Path, host: str) -> Path:
-    """A unit's record in its run's folder (read back by load_run); a host name that would
-    leave the folder is refused."""
-    return variables.unit_file(run_dir / "units", host, ".json")
-
-
-# The top of a unit's record as rollout.unit_record and failed_record write it, what every
-# reader of a run takes for granted; each key but host may be absent.
-NULL = type(None)
-RECORD_SHAPE: loading.Shape = {
-    "host": str, "decision": (str, NULL), "reasons": (list, NULL), "plan_reasons": (list, NULL),
-    "measurement": (dict, NULL), "figures": (dict, NULL), "baseline": (dict, NULL), "speculative": (dict, NULL),
-    "sweep": (dict, NULL), "startup": (dict, NULL), "failure": (dict, NULL), "batch_table": (dict, NULL),
-    "serving": (str, NULL), "model": (str, NULL), "image": (str, NULL), "method": (str, NULL),
-    "device_class": (str, NULL), "run_id": (str, NULL), "num_speculative_tokens": (int, NULL),
-}
-
-
-def load_run(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's unit records, each checked (RECORD_SHAPE): a corrupt one is a
-    loading.FileProblem naming it."""
-    return [loading.load_json(path, shape=RECORD_SHAPE) for path in record_files(run_dir)]
-
-
-def record_files(run_dir: Path) -> list[Path]:
-    """The run's unit records' files, in the order load_run reads them."""
-    units = run_dir / "units"
-    return sorted(units.glob("*.json")) if units.is_dir() else []
-
-
-def run_info(playbook: str, inventory: Sequence[str], started: float, finished: float) -> dict[str, Any]:
-    """The run's RUN_INFO: the playbook and ``-i`` as given, and its wall-clock span."""
-    stamp = "%Y-%m-%dT%H:%M:%SZ"
-    return {"playbook": playbook, "inventory": list(inventory), "started": time.strftime(stamp, time.gmtime(started)),
-            "finished": time.strftime(stamp, time.gmtime(finished)), "duration_s": round(finished - started, 1)}
-
-
-def load_run_info(run_dir: Path) -> dict[str, Any]:
-    """A run's RUN_INFO, or {} (a run from before it was written, or a file that does not parse:
-    the report then names no duration and types the next commands as the README does)."""
-    try:
-        return loading.load_json(run_dir / RUN_INFO, limit=loading.SMALL_FILE)
-    except loading.FileProblem:
-        return {}
-
 
 def invocation(info: Mapping[str, Any]) -> attention.Invocation:
     playbook = info.get("playbook")
@@ -108,64 +42,6 @@ def invocation(info: Mapping[str, Any]) -> attention.Invocation:
     return attention.Invocation(
         playbook if isinstance(playbook, str) and playbook else attention.Invocation.playbook,
         tuple(str(path) for path in inventory) if isinstance(inventory, list) else ())
-
-
-def run_dirs(runs_dir: Path) -> list[Path]:
-    """The runs of a runs folder that have unit records, oldest first (run ids sort by time)."""
-    return sorted(path for path in runs_dir.iterdir() if (path / "units").is_dir()) if runs_dir.is_dir() else []
-
-
-def latest_run(runs_dir: Path) -> Path | None:
-    runs = run_dirs(runs_dir)
-    return runs[-1] if runs else None
-
-
-def previous_run(run_dir: Path) -> Path | None:
-    """The run before this one in its runs folder."""
-    earlier = [path for path in run_dirs(run_dir.parent) if path.name < run_dir.name]
-    return earlier[-1] if earlier else None
-
-
-def gated(record: Mapping) -> tuple[str | None, Mapping]:
-    """(workload, the gate's own figures for it) of the primary workload the unit was gated on
-    (specfleet.gate.decide; the measurement names the gated workloads in order, since a record
-    read back from JSON written with sorted keys has lost the figures' order), or (None, {}) for
-    a unit the gate did not judge."""
-    figures = record.get("figures") or {}
-    order = [*((record.get("measurement") or {}).get("workloads") or []), *figures]
-    for workload in order:
-        if isinstance(figures.get(workload), Mapping):
-            return workload, figures[workload]
-    return None, {}
-
-
-def speedup(record: Mapping, concurrency: str = "c1") -> float | None:
-    """Throughput with speculation over without, as the gate measured it (medians)."""
-    key = "throughput_gain_c1" if concurrency == "c1" else "throughput_change_c8"
-    change = (gated(record)[1].get(key) or {}).get("value")
-    return round(1.0 + change, 3) if change is not None else None
-
-
-def tpot_p50(record: Mapping, side: str) -> float | None:
-    """TPOT p50 at c=1 in ms of ``side`` (baseline or candidate), as the gate read it."""
-    return (gated(record)[1].get("tpot_drop_c1") or {}).get(side)
-
-
-def acceptance(record: Mapping) -> Mapping | None:
-    return gated(record)[1].get("acceptance_c1")
-
-
-def speedup_bounds(record: Mapping) -> str | None:
-    """The c=1 speedup's one-sided bounds at the gate's confidence, as "1.28..1.41"."""
-    gain = gated(record)[1].get("throughput_gain_c1") or {}
-    if gain.get("lower") is None or gain.get("upper") is None:
-        return None
-    return f"{1 + gain['lower']:.2f}..{1 + gain['upper']:.2f}"
-
-
-def drift(record: Mapping) -> float | None:
-    """The baseline's largest change between two of its blocks (+0.04: 4 % slower)."""
-    return ((record.get("measurement") or {}).get("drift") or {}).get("value")
 
 
 def output_check(record: Mapping) -> str | None:
@@ -198,20 +74,10 @@ def output_check(record: Mapping) -> str | None:
     return text
 
 
-def bench_context(record: Mapping, key: str) -> Any:
-    """``key`` of the context the unit's benchmarks recorded (hardware, power, runtime, ...),
-    from its baseline bench, else its speculative one; None when neither has it."""
-    for side in ("baseline", "speculative"):
-        found = ((record.get(side) or {}).get("context") or {}).get(key)
-        if found:
-            return found
-    return None
-
-
 def power(record: Mapping) -> str | None:
     """The unit's power mode and clocks as its measurements recorded them (the bench context;
     jetson_power's summary), None when nothing was measured."""
-    found = bench_context(record, "power")
+    found = runs.bench_context(record, "power")
     return str(found) if found else None
 
 
@@ -226,7 +92,7 @@ def startup(record: Mapping) -> str | None:
 
 
 def row(record: Mapping) -> dict[str, Any]:
-    accepted = acceptance(record) or {}
+    accepted = runs.acceptance(record) or {}
     return {
         "host": record["host"],
         "device_class": record.get("device_class"),
@@ -239,16 +105,16 @@ def row(record: Mapping) -> dict[str, Any]:
         "draft_sweep": sweep.report_text(record.get("sweep")),
         "batch_table": batch_table.report_text(record.get("batch_table")),
         "serving": record.get("serving"),
-        "workload": gated(record)[0],
-        "speedup_c1": speedup(record),
-        "speedup_c1_bounds": speedup_bounds(record),
-        "tpot_p50_baseline_ms": tpot_p50(record, "baseline"),
-        "tpot_p50_speculative_ms": tpot_p50(record, "candidate"),
-        "speedup_c8": speedup(record, concurrency="c8"),
+        "workload": runs.gated(record)[0],
+        "speedup_c1": runs.speedup(record),
+        "speedup_c1_bounds": runs.speedup_bounds(record),
+        "tpot_p50_baseline_ms": runs.tpot_p50(record, "baseline"),
+        "tpot_p50_speculative_ms": runs.tpot_p50(record, "candidate"),
+        "speedup_c8": runs.speedup(record, concurrency="c8"),
         "acceptance_rate": accepted.get("rate"),
         "mean_acceptance_length": accepted.get("mean_length"),
         "blocks": len((record.get("measurement") or {}).get("blocks") or []) or None,
-        "baseline_drift": drift(record),
+        "baseline_drift": runs.drift(record),
         "output_check": output_check(record),
         "startup": startup(record),
         "reasons": "; ".join(record.get("reasons") or []),
@@ -259,10 +125,10 @@ def summary(records: Sequence[Mapping]) -> dict[str, Any]:
     counts = Counter(record.get("decision") for record in records)
     return {
         "units": len(records),
-        **{decision: counts.get(decision, 0) for decision in DECISIONS},
+        **{decision: counts.get(decision, 0) for decision in runs.DECISIONS},
         "by_decision": {
             decision: [record["host"] for record in records if record.get("decision") == decision]
-            for decision in DECISIONS
+            for decision in runs.DECISIONS
         },
     }
 
@@ -271,7 +137,7 @@ def summary_lines(records: Sequence[Mapping], run_id: str = "") -> list[str]:
     """The compact end-of-playbook summary: one line per unit, then the totals."""
     lines = []
     for record in records:
-        ratio = speedup(record)
+        ratio = runs.speedup(record)
         figure = f" x{ratio:.2f} c=1" if ratio else ""
         reason = (record.get("reasons") or [""])[0]
         lines.append(f"{record['host']}: {record.get('decision', '?').upper()} "
@@ -331,10 +197,10 @@ def class_summary(records: Sequence[Mapping]) -> list[dict[str, Any]]:
     for name in sorted(classes, key=_class_order):
         members = classes[name]
         counts = Counter(record.get("decision") for record in members)
-        speedups = [value for value in (speedup(record) for record in members) if value is not None]
+        speedups = [value for value in (runs.speedup(record) for record in members) if value is not None]
         kept = Counter(method_text(record) for record in members if record.get("decision") == "kept")
         rows.append({"device_class": name or "unknown", "units": len(members), "records": members,
-                     **{decision: counts.get(decision, 0) for decision in DECISIONS},
+                     **{decision: counts.get(decision, 0) for decision in runs.DECISIONS},
                      "speedups": speedups,
                      "kept_methods": ", ".join(f"{method} x{count}" for method, count in kept.most_common()) or "-"})
     return rows
@@ -527,7 +393,8 @@ def speedup_threshold(records: Sequence[Mapping]) -> float | None:
 def _histogram(records: Sequence[Mapping], workload: str, threshold: float | None) -> str:
     """How many units reached each c=1 speedup (bins of the axis step), stacked by decision."""
     # Only the decisions the chart draws (a record from elsewhere may carry another).
-    measured = [(speedup(record), record.get("decision")) for record in records if record.get("decision") in DECISIONS]
+    measured = [(runs.speedup(record), record.get("decision")) for record in records
+                if record.get("decision") in runs.DECISIONS]
     values = [value for value, _ in measured if value is not None]
     title = f"Speedup at concurrency 1 ({workload}): units per speedup"
     left, right, top, bottom = 50, CHART_W - 20, 40, 220
@@ -544,7 +411,7 @@ def _histogram(records: Sequence[Mapping], workload: str, threshold: float | Non
     width = (right - left) / bins
     for index, count in enumerate(counts):
         base = bottom
-        for decision in DECISIONS:
+        for decision in runs.DECISIONS:
             if count[decision]:
                 height = count[decision] / y_top * (bottom - top)
                 base -= height
@@ -559,7 +426,7 @@ def _histogram(records: Sequence[Mapping], workload: str, threshold: float | Non
     parts += _x_axis(low, high, step, left, right, bottom, "speedup at c=1 (speculative / baseline throughput)")
     parts += _threshold_marks(low, high, left, right, top, bottom, threshold)
     unmeasured = len(measured) - len(values)
-    legend, legend_h = _legend([(name, COLOURS[name]) for name in DECISIONS], left, bottom + 52)
+    legend, legend_h = _legend([(name, COLOURS[name]) for name in runs.DECISIONS], left, bottom + 52)
     parts += legend
     if unmeasured:
         parts.append(f'<text x="{right}" y="{bottom + 52}" text-anchor="end" {FONT} fill="#555">'
@@ -584,7 +451,7 @@ def _strip(rows: Sequence[Mapping], workload: str, threshold: float | None) -> s
         parts += [f'<text x="{left - 8}" y="{centre + 4:.1f}" text-anchor="end" {FONT}>{html.escape(label)}</text>',
                   f'<line x1="{left}" y1="{centre:.1f}" x2="{right}" y2="{centre:.1f}" stroke="#eee"/>']
         for index, record in enumerate(row_["records"]):
-            value = speedup(record)
+            value = runs.speedup(record)
             if value is None:
                 continue
             offset = ((index * 7) % 5 - 2) * 3  # a small fixed jitter: equal speedups stay visible
@@ -593,7 +460,7 @@ def _strip(rows: Sequence[Mapping], workload: str, threshold: float | None) -> s
                          f'{html.escape(str(record["host"]))}: {value:.2f}x, {record.get("decision")}</title></circle>')
     parts += _x_axis(low, high, step, left, right, bottom, "speedup at c=1")
     parts += _threshold_marks(low, high, left, right, top, bottom, threshold)
-    legend, legend_h = _legend([(name, COLOURS[name]) for name in DECISIONS], left, bottom + 52)
+    legend, legend_h = _legend([(name, COLOURS[name]) for name in runs.DECISIONS], left, bottom + 52)
     return _svg(bottom + 44 + legend_h, f"Speedup at concurrency 1 by device class ({workload}): one dot per unit",
                 [*parts, *legend])
 
@@ -603,7 +470,7 @@ def _acceptance_chart(rows: Sequence[Mapping], workload: str) -> str:
     left, right, top, bottom = 50, CHART_W - 20, 40, 220
     series: dict[str, list[list[float]]] = {}  # per class, its units' acceptance per position
     for row_ in rows:
-        found = [(acceptance(record) or {}).get("per_position") for record in row_["records"]]
+        found = [(runs.acceptance(record) or {}).get("per_position") for record in row_["records"]]
         if any(found):
             series[row_["device_class"]] = [values for values in found if values]
     parts = [f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#000"/>',
@@ -612,7 +479,7 @@ def _acceptance_chart(rows: Sequence[Mapping], workload: str) -> str:
         y = bottom - tick * (bottom - top)
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>{tick:.2f}</text>')
     parts.append(_y_title("accepted share", top, bottom))
-    longest = max((len(values) for runs in series.values() for values in runs), default=1)
+    longest = max((len(values) for per_unit in series.values() for values in per_unit), default=1)
     step = (right - left - 20) / max(longest - 1, 1)
     for position in range(longest):
         parts.append(f'<text x="{left + 10 + position * step:.1f}" y="{bottom + 16}" text-anchor="middle" '
@@ -621,15 +488,15 @@ def _acceptance_chart(rows: Sequence[Mapping], workload: str) -> str:
     legend = []
     for index, name in enumerate(series):  # class_summary's order
         colour = f"hsl({(index * 67 + 200) % 360},60%,40%)"
-        runs = series[name]
-        medians = [statistics.median(values[position] for values in runs if len(values) > position)
-                   for position in range(max(len(values) for values in runs))]
+        per_unit = series[name]
+        medians = [statistics.median(values[position] for values in per_unit if len(values) > position)
+                   for position in range(max(len(values) for values in per_unit))]
         points = [(left + 10 + i * step, bottom - v * (bottom - top)) for i, v in enumerate(medians)]
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
                      f'points="{" ".join(f"{px:.1f},{py:.1f}" for px, py in points)}"/>')
         parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"><title>{html.escape(name)} position '
                   f'{i + 1}: {medians[i]:.2f}</title></circle>' for i, (px, py) in enumerate(points)]
-        legend.append((f"{name} ({units_text(len(runs))})", colour))
+        legend.append((f"{name} ({units_text(len(per_unit))})", colour))
     if not series:
         parts.append(f'<text x="{left + 10}" y="100" {FONT} fill="#555">'
                      "no speculative server reported acceptance</text>")
@@ -640,7 +507,7 @@ def _acceptance_chart(rows: Sequence[Mapping], workload: str) -> str:
 
 def _shown_workload(records: Sequence[Mapping]) -> str:
     """The gated workload the charts show (the first one the gate judged)."""
-    names = {gated(record)[0] for record in records} - {None}
+    names = {runs.gated(record)[0] for record in records} - {None}
     return ", ".join(sorted(names)) or "gated workload"
 
 
@@ -776,14 +643,14 @@ def unrecorded_failure(host: str, run_id: str, task: str, message: str, unreacha
 def render(run_dir: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """Every report file of a run (name -> text) from its unit records and run info, with what
     changed since the previous run when there is one, and the records; nothing is written."""
-    records = load_run(run_dir)
+    records = runs.load_run(run_dir)
     run_id = run_dir.name
-    info = load_run_info(run_dir)
-    earlier = previous_run(run_dir)
+    info = runs.load_run_info(run_dir)
+    earlier = runs.previous_run(run_dir)
     since = None
     if earlier is not None:
         try:
-            since = compare.to_markdown(compare.compare_runs(load_run(earlier), records, invocation(info)),
+            since = compare.to_markdown(compare.compare_runs(runs.load_run(earlier), records, invocation(info)),
                                         earlier.name, run_id, "##")
         except (OSError, *RENDER_ERRORS):
             since = None  # an earlier run this one cannot be read against: its own report stands alone
@@ -812,8 +679,8 @@ def unrenderable(run_dir: Path, records: list[dict[str, Any]] | None = None) -> 
     """The first record of the run (``records``, as load_run read them, else read now) that
     cannot be rendered on its own (a value inside it of a type this specfleet never writes), as
     the problem naming its file."""
-    found = load_run(run_dir) if records is None else records
-    for path, record in zip(record_files(run_dir), found, strict=False):
+    found = runs.load_run(run_dir) if records is None else records
+    for path, record in zip(runs.record_files(run_dir), found, strict=False):
         try:
             _outputs([record], run_dir.name, {}, None)
         except RENDER_ERRORS as exc:

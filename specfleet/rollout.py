@@ -58,7 +58,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specfleet import batch_table, gate, paired, release, report, serving, sweep
+from specfleet import batch_table, gate, paired, release, serving, sweep
 from specfleet import policy as policy_module
 
 State = dict[str, Any]
@@ -703,11 +703,6 @@ def _finished(state: Mapping[str, Any], run_id: str) -> State:
             return _evolve(state, outcome=outcome, record=record)
     decision = {**outcome, "run_id": run_id}
     return _evolve(state, outcome=outcome, record=release.decided(record, state["candidate"]["spec_id"], decision))
-
-
-def unit_record_path(host: str, run_id: str) -> str:
-    """Where the unit's file goes: its run's folder (specfleet.report.run_folder)."""
-    return str(report.unit_file(report.run_folder(run_id), host))
 
 
 def unit_record(state: Mapping[str, Any], plan: Mapping[str, Any], host: str, run_id: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ FIXTURE_UNITS = REPO / "tests" / "fixtures" / "units"
 # and on the README's main command (test_scripts_up), which take this out of their environment.
 CONSOLE_FULL = "SPECFLEET_CONSOLE_FULL"
 # Unit records a lab rollout wrote (a Thor reverted on the chat check, two AGX Orins kept), read
-# with specfleet.report.load_run by the report, comparison and visual tests.
+# with specfleet.runs.load_run by the report, comparison and visual tests.
 RECORDED_RUN = REPO / "tests" / "fixtures" / "runs" / "lab-rollout"
 os.environ.setdefault(CONSOLE_FULL, "1")
 

@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
 
 try:
-    from specfleet import release, rollout, sweep
+    from specfleet import release, rollout, runs, sweep
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc
 else:
@@ -93,7 +93,8 @@ class ActionModule(ActionBase):
         if step == "finish":  # what record.yml writes for the report, made once
             host = task_vars["inventory_hostname"]
             state["unit_record"] = rollout.unit_record(state, plan, host, run_id)
-            state["unit_record_path"] = rollout.unit_record_path(host, run_id)
+            # Where the unit's file goes: its run's folder.
+            state["unit_record_path"] = str(runs.unit_file(runs.run_folder(run_id), host))
         return {**result, "changed": False, "ansible_facts": {**facts, "specfleet_rollout": state}}
 
     def _unit_plan(self, plan, args, task_vars):

@@ -47,15 +47,8 @@ from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package
 try:
     from specfleet.console import RECORD_CAUSE_LIMIT, failure_class, failure_message
     from specfleet.loading import FileProblem
-    from specfleet.report import (
-        RECORD_MODE,
-        RUN_INFO,
-        run_folder,
-        run_info,
-        unit_file,
-        unrecorded_failure,
-        write_report,
-    )
+    from specfleet.report import RECORD_MODE, unrecorded_failure, write_report
+    from specfleet.runs import RUN_INFO, run_folder, run_info, unit_file
     from specfleet.variables import is_file_name
 except ImportError as exc:
     SPECFLEET_IMPORT_ERROR: ImportError | None = exc

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from specfleet import report
+from specfleet import report, runs
 from tests.conftest import RECORDED_RUN, REPO, unavailable
 
 ARTEFACTS = REPO / "runs" / "artefacts"
@@ -43,7 +43,7 @@ def chromium() -> str:
 
 
 def sixty_units() -> list[dict[str, Any]]:
-    recorded = report.load_run(RECORDED_RUN)
+    recorded = runs.load_run(RECORDED_RUN)
     records = []
     for number in range(60):
         device_class = CLASSES[number % len(CLASSES)]
@@ -91,7 +91,7 @@ def test_a_60_unit_report_puts_every_unit_needing_attention_above_the_fold_with_
     (run / "units").mkdir(parents=True)
     for record in records:
         (run / "units" / f"{record['host']}.json").write_text(json.dumps(record))
-    (run / report.RUN_INFO).write_text(json.dumps(report.run_info("specfleet.fleet.site", [], 1.7e9, 1.7e9 + 4000)))
+    (run / runs.RUN_INFO).write_text(json.dumps(runs.run_info("specfleet.fleet.site", [], 1.7e9, 1.7e9 + 4000)))
     report.write_report(run)
     seen = rendered(run, "report-60-units")
     assert seen["scrollWidth"] <= seen["clientWidth"] == VIEWPORT[0], "the page scrolls sideways at 1280 px"

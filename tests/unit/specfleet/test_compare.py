@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 import json
 
-from specfleet import attention, cli, compare, report
+from specfleet import attention, cli, compare, report, runs
 from tests.conftest import RECORDED_RUN
 
 
 def recorded() -> list[dict]:
-    return report.load_run(RECORDED_RUN)
+    return runs.load_run(RECORDED_RUN)
 
 
 def upgraded(record: dict, ttft_factor: float = 1.0, image: str | None = None) -> dict:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from specfleet import release, report, serving
+from specfleet import release, report, runs, serving
 
 
 def bench(throughput: float, tpot: float, acceptance=None) -> dict:
@@ -232,8 +232,8 @@ def test_the_report_leads_with_the_units_needing_attention_typed_as_the_run_was(
     (tmp_path / "units").mkdir()
     for record in RECORDS:
         (tmp_path / "units" / f"{record['host']}.json").write_text(json.dumps(record))
-    info = report.run_info("specfleet.fleet.site", [], 1_700_000_000.0, 1_700_000_000.0 + 3725)
-    (tmp_path / report.RUN_INFO).write_text(json.dumps(info))
+    info = runs.run_info("specfleet.fleet.site", [], 1_700_000_000.0, 1_700_000_000.0 + 3725)
+    (tmp_path / runs.RUN_INFO).write_text(json.dumps(info))
     report.write_report(tmp_path)
     text = (tmp_path / "report.md").read_text()
     attention_at, glance_at = text.index("## Needs attention: 2 units"), text.index("## At a glance")
