@@ -11,8 +11,8 @@ with a sudo password, no Docker), collects their host keys, then runs as an orga
 unit, each gated and kept or rolled back) with a benchmark-only callback (tests/bench/callbacks)
 that records the timeline. Prints the wall time and controller CPU per phase.
 
-Then projects the same plan onto real units (specfleet.evening), for this tree's design and for
-main's before issue 37 (specfleet.evening.BEFORE): the prepare phases from the lab's control
+Then projects the same plan onto real units (evening_model.py beside it), for this tree's design and for
+main's before issue 37 (evening_model.BEFORE): the prepare phases from the lab's control
 time, the payload sizes of the collection's catalog, the fan-out factor measured by
 tests/bench/fanout.py (its last run at N=16 when there is one) and the bootstrap's packages as
 the lab's mirror holds them; each measuring unit's decision from what it sends with the event
@@ -51,13 +51,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))  # the fan-out benchmark's report reader
 
+import evening_model as evening  # noqa: E402
 import fanout as fanout_bench  # noqa: E402
 import gate_accuracy  # noqa: E402
 from ansible_collections.specfleet.fleet.plugins.module_utils import jetson_identity  # noqa: E402
 from specfleet_lab import aptmirror, lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402
 
-from specfleet import evening  # noqa: E402
 from specfleet.catalog import load_catalog  # noqa: E402
 from specfleet.plan import plan_unit  # noqa: E402
 from specfleet.policy import merge as merge_policy  # noqa: E402
@@ -345,7 +345,7 @@ def main() -> int:
     shipped = (rollout_serial(), ansible_forks(), rollout_bench_defaults()["max_tokens"],
                not side_by_side(what, EVENT_INVENTORY))
     if found != shipped:
-        raise SystemExit(f"specfleet.evening.DESIGN: serial, forks, max_tokens, restart per block {found}; "
+        raise SystemExit(f"evening_model.DESIGN: serial, forks, max_tokens, restart per block {found}; "
                          f"playbooks/rollout.yml, ansible.cfg and the plan of {what}: {shipped}")
     designs = {design.name: dataclasses.replace(real, design=design,
                                                 bench=event_bench(EVENT_INVENTORY, workloads, design))

@@ -33,7 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # The operators' tools over what the core decided: the runs and their report, the
     # comparison of two runs, the console's wording, distribution, status and the store.
     "tools": tuple(f"specfleet.{name}" for name in (
-        "attention", "compare", "console", "evening", "fanout_run", "hostkeys", "report", "runs", "status", "store",
+        "attention", "compare", "console", "fanout_run", "hostkeys", "report", "runs", "status", "store",
     )),
     # What a user calls: the CLI and Ansible's controller-side plugins.
     "entry points": ("specfleet.cli", *(f"{COLLECTION}.plugins.{kind}" for kind in (

@@ -10,7 +10,7 @@ answers, and, for the actions listed in SPECFLEET_BENCH_TIMED_ACTIONS, when each
 result came back, how long after that host started the task, with what the module says it
 did (its ``action``, ``compile_cache``; nothing for a no_log task) and how the task ran it
 (check mode, ``state``). Each event carries the wall clock and the controller's CPU seconds
-so far (this process and every worker and ssh it has reaped). specfleet.evening reads it.
+so far (this process and every worker and ssh it has reaped). tests/bench/evening_model.py reads it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specfleet import evening
+from tests.bench import evening_model as evening
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from ansible.executor.playbook_executor import PlaybookExecutor
 
-from specfleet import evening
+from tests.bench import evening_model as evening
 
 REPO = Path(__file__).resolve().parents[3]
 
