@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import cell, cell_key
+from ansible_collections.specfleet.fleet.plugins.module_utils.bench_figures import cell, cell_key
 
 from specfleet import attention, runs
 

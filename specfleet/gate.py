@@ -62,11 +62,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import (
-    bench_of,
-    cell,
-    cell_acceptance,
-)
+from ansible_collections.specfleet.fleet.plugins.module_utils.bench_figures import bench_of, cell, cell_acceptance
 
 from specfleet import paired
 from specfleet.policy import defaults as policy_defaults

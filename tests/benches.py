@@ -13,7 +13,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import REPEATS_SALTED, text_digest
+from ansible_collections.specfleet.fleet.plugins.module_utils.bench_figures import text_digest
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import REPEATS_SALTED
 
 WORKLOADS = ("code_edit", "chat")
 PROMPTS = 16

@@ -256,13 +256,13 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import (
+from ansible_collections.specfleet.fleet.plugins.module_utils.bench_http import (
     ClientError,
     Endpoint,
     error_message,
     http_get,
-    run_benchmark,
 )
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import run_benchmark
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts import (
     PROMPT_SET_VERSION,
     WORKLOAD_DESCRIPTIONS,

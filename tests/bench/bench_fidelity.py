@@ -75,6 +75,12 @@ sys.path.insert(0, str(REPO / "lab" / "emulator"))
 sys.path.insert(0, str(REPO / "lab" / "engines" / "vllm-cpu"))
 
 import vllm_cpu_lane as lane  # noqa: E402
+from ansible_collections.specfleet.fleet.plugins.module_utils import (  # noqa: E402
+    bench_figures,
+    bench_http,
+    bench_stream,
+    spec_metrics,
+)
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client  # noqa: E402
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_prompts as prompt_sets  # noqa: E402
 from vllm_emulator.cli import parse_serve_args  # noqa: E402
@@ -205,8 +211,8 @@ class ProgrammedModel:
 @dataclass
 class Sent:
     body: dict[str, Any]
-    result: client.RequestResult
-    twin: client.RequestResult
+    result: bench_stream.RequestResult
+    twin: bench_stream.RequestResult
     cpu_s: float
 
 
@@ -218,10 +224,10 @@ class TwinPairing:
     The client's CPU time of a batch is shared evenly among its requests (one thread serves
     every stream of a batch, so there is no per-request CPU clock)."""
 
-    def __init__(self, twin: client.Endpoint) -> None:
+    def __init__(self, twin: bench_http.Endpoint) -> None:
         self.twin = twin
         self.sent: list[Sent] = []
-        self.original: Callable[..., client.BatchResult] = client.run_batch
+        self.original: Callable[..., bench_stream.BatchResult] = client.run_batch
 
     def __enter__(self) -> TwinPairing:
         client.run_batch = self.call
@@ -230,21 +236,21 @@ class TwinPairing:
     def __exit__(self, *exc: object) -> None:
         client.run_batch = self.original
 
-    def call(self, endpoint: client.Endpoint, path: str, bodies: list[dict[str, Any]], *args: Any,
-             **kwargs: Any) -> client.BatchResult:
+    def call(self, endpoint: bench_http.Endpoint, path: str, bodies: list[dict[str, Any]], *args: Any,
+             **kwargs: Any) -> bench_stream.BatchResult:
         before = time.process_time()
         batch = self.original(endpoint, path, bodies, *args, **kwargs)
         cpu = (time.process_time() - before) / max(1, len(bodies))
         # run_batch returns its results in the order of the bodies.
         for body, result in zip(bodies, batch.results, strict=True):
-            twin = client.stream_request(self.twin, path, {**body, "max_tokens": 1}, 60.0)
+            twin = bench_stream.stream_request(self.twin, path, {**body, "max_tokens": 1}, 60.0)
             self.sent.append(Sent(body, result, twin, cpu))
         return batch
 
 
 def server_ttft(server: EmulatorProcess) -> tuple[float, float]:
     """(sum, count) of the emulator's own vllm:time_to_first_token_seconds histogram."""
-    samples = client.parse_prometheus(server.metrics())
+    samples = spec_metrics.parse_prometheus(server.metrics())
     total = sum(v for n, _, v in samples if n == "vllm:time_to_first_token_seconds_sum")
     count = sum(v for n, _, v in samples if n == "vllm:time_to_first_token_seconds_count")
     return total, count
@@ -306,8 +312,8 @@ def emulator_lane(report: dict[str, Any]) -> tuple[list[float], list[float]]:
             server, twin = processes[name]
             server.wait_ready(900)
             twin.wait_ready(900)
-            endpoint = client.Endpoint.parse(f"http://127.0.0.1:{server.port}")
-            twin_endpoint = client.Endpoint.parse(f"http://127.0.0.1:{twin.port}")
+            endpoint = bench_http.Endpoint.parse(f"http://127.0.0.1:{server.port}")
+            twin_endpoint = bench_http.Endpoint.parse(f"http://127.0.0.1:{twin.port}")
             for workload in prompt_sets.WORKLOADS:
                 entries = subset(workload, EMULATOR_PROMPTS)
                 ttft_before = server_ttft(server)
@@ -440,7 +446,7 @@ REAL_NOTE = """\
   Such streams say nothing about the engine's steps, and spec_bench re-measures runs that hold one and leaves
   the rest out of its figures; `vllm bench serve` counts every request. So two comparisons, each with one
   definition on both sides: `every request` (what `vllm bench serve` prints) and `bursty left out` (what spec_bench
-  reports: the client's rule, spec_bench_client.stream_arrived_in_bursts, applied to both sides' per-request chunk
+  reports: the client's rule, bench_stream.stream_arrived_in_bursts, applied to both sides' per-request chunk
   times; theirs from --save-detailed). Both clients read every stream from one thread (ours a selector over
   non-blocking sockets, theirs an asyncio loop with aiohttp; both keep their connections alive across requests);
   the client's own CPU and wake-ups compete with the server's, which is part of what is compared."""
@@ -522,11 +528,11 @@ SERVER_HISTOGRAMS = {"ttft_ms": "vllm:time_to_first_token_seconds",
 PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
 
 
-def server_counters(endpoint: client.Endpoint) -> dict[str, float]:
+def server_counters(endpoint: bench_http.Endpoint) -> dict[str, float]:
     """One /metrics scrape: the prompt tokens the prefix cache has served so far
     (``prefix_cache_hits``) and each SERVER_HISTOGRAMS histogram's ``<key>_sum`` and ``<key>_count``."""
-    _, text = client.http_get(endpoint, "/metrics", 10.0)
-    samples = client.parse_prometheus(text.decode())
+    _, text = bench_http.http_get(endpoint, "/metrics", 10.0)
+    samples = spec_metrics.parse_prometheus(text.decode())
     counters = {"prefix_cache_hits": sum(v for n, _, v in samples if n in PREFIX_CACHE_HITS)}
     for key, name in SERVER_HISTOGRAMS.items():
         for part in ("sum", "count"):
@@ -568,7 +574,7 @@ class Run:
     server_ms: dict[str, Any]  # the server's own mean per request over the run's requests (server_figures)
 
 
-def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: int, salt: str) -> Run:
+def ours_run(endpoint: bench_http.Endpoint, entries: list[tuple[str, str]], level: int, salt: str) -> Run:
     """One measured run of our client's run_benchmark, per request from its kept records, after
     the idle time `vllm bench serve` spends starting (REAL_SETTLE_S)."""
     time.sleep(REAL_SETTLE_S)
@@ -583,7 +589,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
     hits, server_ms = server_figures(counters, server_counters(endpoint))
     if not bench["ok"]:
         raise RuntimeError(f"our run_benchmark failed at c={level}: {bench['failure']}")
-    cell = bench["results"][REAL_WORKLOAD][client.cell_key(level)]
+    cell = bench["results"][REAL_WORKLOAD][bench_figures.cell_key(level)]
     run = cell["runs"][0]
     records = run["requests"]
     return Run(
@@ -593,7 +599,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
         throughput=run["throughput_tok_s"],
         prefix_cache_hits=hits,
         wall_s=run["wall_s"],
-        reported={"tpot_ms_p50": client.tpot_p50(cell), "ttft_ms_p50": (cell.get("ttft_ms") or {}).get("p50"),
+        reported={"tpot_ms_p50": bench_figures.tpot_p50(cell), "ttft_ms_p50": (cell.get("ttft_ms") or {}).get("p50"),
                   "bursty_left_out": run["bursty_requests"]},
         load=load,
         server_ms=server_ms,
@@ -601,7 +607,7 @@ def ours_run(endpoint: client.Endpoint, entries: list[tuple[str, str]], level: i
 
 
 def theirs_run(
-    venv: Path, env: dict[str, str], endpoint: client.Endpoint, work: Path,
+    venv: Path, env: dict[str, str], endpoint: bench_http.Endpoint, work: Path,
     entries: list[tuple[str, str]], level: int, salt: str,
 ) -> Run:
     """One real `vllm bench serve` run over the same request list, tagged with nonces of its own."""
@@ -643,7 +649,7 @@ def theirs_run(
         for gap in itl:
             times.append(times[-1] + gap)
         requests.append(Timing(ttft * 1e3, (latency - ttft) / (tokens - 1) * 1e3, latency * 1e3,
-                               client.stream_arrived_in_bursts(0.0, times)))
+                               bench_stream.stream_arrived_in_bursts(0.0, times)))
     return Run(
         side="theirs",
         requests=requests,
@@ -662,18 +668,18 @@ def side_figures(runs: list[Run], bursty_left_out: bool) -> dict[str, Any]:
     kept = [r for run in runs for r in run.requests if not (bursty_left_out and r.bursty)]
 
     def run_p50(run: Run, column: str) -> float | None:
-        return client.percentile([getattr(r, column) for r in run.requests if not (bursty_left_out and r.bursty)],
-                                 50)
+        kept = [getattr(r, column) for r in run.requests if not (bursty_left_out and r.bursty)]
+        return bench_figures.percentile(kept, 50)
 
     def spread(values: list[float | None]) -> float | None:
         present = [v for v in values if v is not None]
-        return client.spread(present) if len(present) > 1 else None
+        return bench_figures.spread(present) if len(present) > 1 else None
 
     return {
-        "tpot_ms_p50": client.percentile([r.tpot_ms for r in kept], 50),
-        "ttft_ms_p50": client.percentile([r.ttft_ms for r in kept], 50),
-        "e2e_ms_p50": client.percentile([r.e2e_ms for r in kept], 50),
-        "output_throughput": client.median([run.throughput for run in runs]),
+        "tpot_ms_p50": bench_figures.percentile([r.tpot_ms for r in kept], 50),
+        "ttft_ms_p50": bench_figures.percentile([r.ttft_ms for r in kept], 50),
+        "e2e_ms_p50": bench_figures.percentile([r.e2e_ms for r in kept], 50),
+        "output_throughput": bench_figures.median([run.throughput for run in runs]),
         "requests": len(kept),
         "run_spread": {
             "tpot_ms_p50": spread([run_p50(run, "tpot_ms") for run in runs]),
@@ -806,7 +812,7 @@ def real_lane(report: dict[str, Any]) -> None:
         env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "no_proxy": "127.0.0.1,localhost",
                "NO_PROXY": "127.0.0.1,localhost"}
-        endpoint = client.Endpoint.parse(server.base_url)
+        endpoint = bench_http.Endpoint.parse(server.base_url)
         # Warm the server once (every prompt, at the highest concurrency); not measured.
         with ClientOptions("warm-up"):
             warm = client.run_benchmark(endpoint, lane.TARGET_MODEL, {REAL_WORKLOAD: entries},
@@ -847,7 +853,7 @@ def real_paired(venv: Path, env: dict[str, str], base_url: str, work: Path, prom
         "seed": SEED,
         "ignore_eos": True,
         "rounds": REAL_PAIR_ROUNDS,
-        "client_path": str(REPO / "plugins" / "module_utils" / "spec_bench_client.py"),
+        "collections": str(REPO / "collections"),
     }
     (work / "pair.json").write_text(json.dumps(config))
     run = subprocess.run(
@@ -893,10 +899,10 @@ def real_paired_figures(pairs: list[dict[str, Any]]) -> dict[str, Any]:
               f"{pct(old_error):>8}")
     print(f"  {'E2E ms':<30} {med('ours', 'e2e_s'):9.2f} {med('vllm', 'e2e_s'):9.2f} {pct(e2e):>8}")
     print(f"  our client CPU: {cpu:.0f} us/token (real server, {REAL_MAX_TOKENS}-token streams)")
-    # A stream the client flags as bursty (spec_bench_client.stream_arrived_in_bursts) says nothing about the
+    # A stream the client flags as bursty (bench_stream.stream_arrived_in_bursts) says nothing about the
     # engine's steps; per-request TPOT ratios of such pairs are noise. Also show the pairs streamed to both.
     def bursty(side: dict[str, Any]) -> bool:
-        return client.stream_arrived_in_bursts(0.0, side["chunk_times"])
+        return bench_stream.stream_arrived_in_bursts(0.0, side["chunk_times"])
 
     burst = {side: sum(bursty(p[side]) for p in pairs) for side in ("ours", "vllm")}
     both = [p for p in pairs if not bursty(p["ours"]) and not bursty(p["vllm"])]

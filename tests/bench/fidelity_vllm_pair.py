@@ -3,7 +3,7 @@
     <vllm-venv>/bin/python tests/bench/fidelity_vllm_pair.py CONFIG.json OUT.json
 
 Sends every prompt twice per round against one running server: once with our client
-(spec_bench_client.stream_request, loaded from plugins/module_utils by path; stdlib only)
+(bench_stream.stream_request, imported from the checkout's collections/; stdlib only)
 and once with the request function `vllm bench serve` itself uses for `--backend
 openai-chat` (vllm.benchmarks.lib.endpoint_request_func.async_request_openai_chat_completions,
 on an aiohttp session configured like `vllm bench serve`'s), back to back, the order
@@ -20,35 +20,34 @@ in seconds from its send, for the client's burst rule.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
 
 
-def load_client(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("spec_bench_client", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["spec_bench_client"] = module  # dataclasses resolve annotations via sys.modules
-    spec.loader.exec_module(module)
-    return module
+def load_client(collections: str) -> SimpleNamespace:
+    """The client's rooms (stdlib only), imported by their collection names from the
+    checkout's collections/ folder: this Python has neither Ansible nor specfleet."""
+    sys.path.insert(0, collections)
+    from ansible_collections.specfleet.fleet.plugins.module_utils import bench_http, bench_stream, spec_bench_client
+
+    return SimpleNamespace(http=bench_http, stream=bench_stream, runner=spec_bench_client)
 
 
 LAST: list[Any] = []  # the StreamState of the latest request of ours
 
 
-def record_text_chunks(client: ModuleType) -> None:
+def record_text_chunks(client: SimpleNamespace) -> None:
     """Also note the arrival of chunks with non-empty text, to re-time a stream the way the client
     did before issue 5 (TTFT/E2E on text chunks only)."""
 
-    class Recording(client.StreamState):  # type: ignore[misc, name-defined]
+    class Recording(client.stream.StreamState):  # type: ignore[misc, name-defined]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.text_times: list[float] = []
@@ -60,29 +59,30 @@ def record_text_chunks(client: ModuleType) -> None:
             if len(self.pieces) > pieces:
                 self.text_times.append(now)
 
-    client.StreamState = Recording
+    client.stream.StreamState = Recording
 
 
-def prompt(client: ModuleType, cfg: dict[str, Any], index: int, phase: str) -> str:
+def prompt(client: SimpleNamespace, cfg: dict[str, Any], index: int, phase: str) -> str:
     """The prompt with a nonce line unique to (phase, index): never a prefix-cache hit."""
-    return client.tagged(cfg["prompts"][index], client.request_tag(cfg["workload"], f"pair/{phase}", index))
+    tag = client.runner.request_tag(cfg["workload"], f"pair/{phase}", index)
+    return client.runner.tagged(cfg["prompts"][index], tag)
 
 
-def ours(client: ModuleType, cfg: dict[str, Any], index: int, phase: str) -> dict[str, Any]:
-    endpoint = client.Endpoint.parse(cfg["base_url"])
-    body = client.build_request_body(
+def ours(client: SimpleNamespace, cfg: dict[str, Any], index: int, phase: str) -> dict[str, Any]:
+    endpoint = client.http.Endpoint.parse(cfg["base_url"])
+    body = client.http.build_request_body(
         "chat", cfg["model"], prompt(client, cfg, index, phase), cfg["max_tokens"], cfg["seed"],
         ignore_eos=cfg["ignore_eos"],
     )
     cpu = time.process_time()
-    result = client.stream_request(endpoint, client.CHAT_PATH, body, 300.0, index=index)
+    result = client.stream.stream_request(endpoint, client.http.CHAT_PATH, body, 300.0, index=index)
     cpu = time.process_time() - cpu
     text_times = LAST[0].text_times
     old_ttft = text_times[0] - result.sent_at if text_times else None
     old_e2e = text_times[-1] - result.sent_at if text_times else None
     return {
         "old_ttft_s": old_ttft,
-        "old_tpot_s": client.tpot(old_ttft, old_e2e, result.completion_tokens),
+        "old_tpot_s": client.stream.tpot(old_ttft, old_e2e, result.completion_tokens),
         "text_chunks": len(text_times),
         "ok": result.ok,
         "error": result.error,
@@ -99,7 +99,7 @@ def ours(client: ModuleType, cfg: dict[str, Any], index: int, phase: str) -> dic
 
 
 async def theirs(
-    client: ModuleType, session: aiohttp.ClientSession, cfg: dict[str, Any], index: int, phase: str
+    client: SimpleNamespace, session: aiohttp.ClientSession, cfg: dict[str, Any], index: int, phase: str
 ) -> dict[str, Any]:
     # What `vllm bench serve --backend openai-chat --temperature 0 --top-p 1 [--ignore-eos]
     # --extra-body '{"seed": ...}'` sends: max_completion_tokens, content as a text part.
@@ -132,7 +132,7 @@ async def theirs(
 
 
 async def main(cfg: dict[str, Any], out_path: Path) -> None:
-    client = load_client(cfg["client_path"])
+    client = load_client(cfg["collections"])
     record_text_chunks(client)
     connector = aiohttp.TCPConnector(  # as in vllm/benchmarks/serve.py benchmark()
         limit=1,

@@ -65,7 +65,7 @@ from specfleet import policy as policy_module  # noqa: E402
 from specfleet.paired import BASELINE, SPECULATIVE  # noqa: E402
 
 # The unit-side client's digest, imported through the collection specfleet made importable.
-text_digest = sys.modules["ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client"].text_digest
+text_digest = sys.modules["ansible_collections.specfleet.fleet.plugins.module_utils.bench_figures"].text_digest
 
 POLICY = policy_module.merge({})
 SPEEDUPS = (0.9, 1.20, 1.28, 1.32, 1.40, 1.60)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_client import spec_decode_counters
+from ansible_collections.specfleet.fleet.plugins.module_utils.spec_metrics import spec_decode_counters
 
 from specfleet import policy as policy_module
 from tests.conftest import LAB_INVENTORY as INVENTORY

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from ansible_collections.specfleet.fleet.plugins.module_utils import bench_stream
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
 
 from tests.bench import bench_fidelity as fidelity
@@ -19,7 +20,7 @@ from tests.unit.plugins.module_utils.test_spec_bench_client import Paced, servin
 def test_the_twin_pairing_records_every_request_of_a_benchmark_with_its_twin(monkeypatch):
     Paced.arrivals, Paced.open_now, Paced.most_open = [], 0, 0
     entries = [(f"p{index}", f"prompt {index}") for index in range(fidelity.EMULATOR_PROMPTS)]
-    run_batch, stream_request = client.run_batch, client.stream_request
+    run_batch, stream_request = client.run_batch, bench_stream.stream_request
     twins: list[tuple[float, dict]] = []  # when each twin left, and its body
     batch_ends: list[float] = []  # per request sent: when its batch ended
 
@@ -32,7 +33,7 @@ def test_the_twin_pairing_records_every_request_of_a_benchmark_with_its_twin(mon
         batch_ends.extend([time.monotonic()] * len(batch.results))
         return batch
 
-    monkeypatch.setattr(client, "stream_request", twin_request)
+    monkeypatch.setattr(bench_stream, "stream_request", twin_request)  # the pairing sends its twins with it
     monkeypatch.setattr(client, "run_batch", timed_batch)
     with serving(Paced) as endpoint, serving(Paced) as twin, fidelity.TwinPairing(twin) as pairing:
         bench = client.run_benchmark(endpoint, "m", {"code_edit": entries}, [1], warmups=1,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
+from ansible_collections.specfleet.fleet.plugins.module_utils import bench_http, bench_stream, spec_metrics
 from ansible_collections.specfleet.fleet.plugins.module_utils.vllm_logs import classify, resolved_spec_config
 from conftest import DRAFT_1B, TARGET
 
@@ -24,7 +24,7 @@ ARGS = ["--max-model-len", "2048", "--enforce-eager"]
 
 
 def sse_events(raw: bytes) -> list[Any]:
-    parser = client.SSEParser()
+    parser = bench_stream.SSEParser()
     events = parser.feed(raw) + parser.close()
     return [event if event == "[DONE]" else json.loads(event) for event in events]
 
@@ -44,7 +44,7 @@ def stream_shape(events: list[Any]) -> dict[str, Any]:
 
 
 def metric_shape(text: str) -> dict[str, set]:
-    samples = client.parse_prometheus(text)
+    samples = spec_metrics.parse_prometheus(text)
     spec = {name for name, _, _ in samples if name.startswith("vllm:spec_decode")}
     labels = {name: tuple(sorted(labels)) for name, labels, _ in samples if name.startswith("vllm:spec_decode")}
     return {"spec_names": spec, "spec_labels": set(labels.values())}
@@ -86,14 +86,14 @@ def test_spec_decode_metrics_match(emulator_ngram: Any) -> None:
     emulated_text = emulator_ngram.metrics()
     assert metric_shape(emulated_text) == metric_shape(real_text)
     for text in (real_text, emulated_text):
-        counters = client.spec_decode_counters(text, model_name=TARGET)
+        counters = spec_metrics.spec_decode_counters(text, model_name=TARGET)
         assert counters is not None and set(counters) == {"drafts", "draft_tokens", "accepted", "per_position"}
         assert sorted(counters["per_position"]) == [0, 1, 2]
 
 
 def test_baseline_exposes_no_spec_counters(module_launch: Any) -> None:
-    assert client.spec_decode_counters((REAL / "none" / "metrics_after.txt").read_text()) is None
-    assert client.spec_decode_counters(module_launch(TARGET, ARGS).metrics()) is None
+    assert spec_metrics.spec_decode_counters((REAL / "none" / "metrics_after.txt").read_text()) is None
+    assert spec_metrics.spec_decode_counters(module_launch(TARGET, ARGS).metrics()) is None
 
 
 @pytest.mark.parametrize(("fixture", "body_change", "status"), [
@@ -107,9 +107,9 @@ def test_error_shapes_match(emulator_ngram: Any, fixture: str, body_change: dict
     assert sorted(body["error"]) == sorted(real["body"]["error"])
     assert body["error"]["type"] == real["body"]["error"]["type"]
     # The client reads both the same way: the message it reports is vLLM's own.
-    reader = client.error_message(got_status, json.dumps(body).encode())
+    reader = bench_http.error_message(got_status, json.dumps(body).encode())
     assert reader.startswith(f"HTTP {status}") and body["error"]["message"] in reader, reader
-    assert client.error_message(real["status"], json.dumps(real["body"]).encode()).startswith(f"HTTP {status}")
+    assert bench_http.error_message(real["status"], json.dumps(real["body"]).encode()).startswith(f"HTTP {status}")
 
 
 REJECTED = {

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
+from ansible_collections.specfleet.fleet.plugins.module_utils import bench_http, bench_stream
 from conftest import EAGLE3_K5, TARGET_FP4, EmulatorProcess, Launcher
 from vllm_emulator.logprobs import NEAR_TIE_GAP, AnswerPlan, context_key, ranked, top_gap
 from vllm_emulator.tokens import generate
@@ -30,7 +30,7 @@ def speculative(module_launch: Launcher) -> EmulatorProcess:
 
 def body(kind: str, top: int, max_tokens: int = 48, prompt: str = PROMPT) -> dict[str, Any]:
     """What the benchmark client sends for its output check."""
-    return client.build_request_body(kind, "llama", prompt, max_tokens, seed=42, top_logprobs=top)
+    return bench_http.build_request_body(kind, "llama", prompt, max_tokens, seed=42, top_logprobs=top)
 
 
 def streamed(server: EmulatorProcess, kind: str, top: int, max_tokens: int = 48, prompt: str = PROMPT) -> Any:
@@ -40,7 +40,7 @@ def streamed(server: EmulatorProcess, kind: str, top: int, max_tokens: int = 48,
 
 def token_logprobs(events: list[Any]) -> list[tuple[str, float, float | None]]:
     """Through the client's own parser, as the benchmark reads them."""
-    state = client.StreamState(sent_at=0.0)
+    state = bench_stream.StreamState(sent_at=0.0)
     for event in events:
         state.on_event("[DONE]" if event == "[DONE]" else json.dumps(event), 0.0)
     return state.token_logprobs

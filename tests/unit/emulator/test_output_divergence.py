@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils import bench_http, bench_stream
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
 from conftest import EAGLE3_K5, TARGET_FP4, EmulatorProcess, Launcher, parse_metrics
 from vllm_emulator.faults import Faults, parse_faults
@@ -36,9 +37,9 @@ def write_faults(env: dict[str, str], faults: dict[str, Any]) -> None:
 
 def answer(server: EmulatorProcess, prompt: str, kind: str = "chat", top: int = 2) -> dict[str, Any]:
     """One output-check request; what output_record keeps: text, tokens, margins."""
-    body = client.build_request_body(kind, "llama", prompt, 256, seed=42, top_logprobs=top)
+    body = bench_http.build_request_body(kind, "llama", prompt, 256, seed=42, top_logprobs=top)
     path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
-    state = client.StreamState(sent_at=0.0)
+    state = bench_stream.StreamState(sent_at=0.0)
     for _, event in server.stream(path, body):
         state.on_event(event if event == "[DONE]" else json.dumps(event), 0.0)
     return {
@@ -128,8 +129,8 @@ def test_unstable_outputs_answer_the_same_request_differently(launch: Launcher, 
 
 def salted(server: EmulatorProcess, prompt: str, salt: str | None, top: int = 2) -> dict[str, Any]:
     """An output-check request with a prefix-cache salt (or none)."""
-    body = client.build_request_body("chat", "llama", prompt, 256, seed=42, top_logprobs=top, cache_salt=salt)
-    state = client.StreamState(sent_at=0.0)
+    body = bench_http.build_request_body("chat", "llama", prompt, 256, seed=42, top_logprobs=top, cache_salt=salt)
+    state = bench_stream.StreamState(sent_at=0.0)
     for _, event in server.stream("/v1/chat/completions", body):
         state.on_event(event if event == "[DONE]" else json.dumps(event), 0.0)
     return {"text": state.text, "tokens": [token for token, _, _ in state.token_logprobs],
@@ -179,7 +180,7 @@ def test_a_cache_hit_tips_a_near_tie_and_a_salt_keeps_the_prefill_uncached(launc
 @pytest.mark.parametrize("salt", ["", 7, ["x"]])
 def test_a_cache_salt_vllm_refuses_is_refused(launch: Launcher, lab_env: dict[str, str], salt: Any) -> None:
     server = launch(TARGET_FP4, ARGS)
-    body = {**client.build_request_body("chat", "llama", "hi", 8, seed=42), "stream": False, "cache_salt": salt}
+    body = {**bench_http.build_request_body("chat", "llama", "hi", 8, seed=42), "stream": False, "cache_salt": salt}
     body.pop("stream_options")
     status, payload = server.post("/v1/chat/completions", body)
     assert status == 400 and "Parameter 'cache_salt' must be a non-empty string if provided." in json.dumps(payload)
@@ -189,9 +190,10 @@ def test_a_batch_only_divergence_leaves_answers_alone_one_at_a_time(launch: Laun
     baseline, speculative = pair(launch, lab_env, {"batched_divergence": True})
     one_at_a_time = [salted(speculative, prompt, None) for prompt in PROMPTS]
     assert one_at_a_time == [salted(baseline, prompt, None) for prompt in PROMPTS]
-    bodies = [client.build_request_body("chat", "llama", prompt, 256, seed=42, top_logprobs=2) for prompt in PROMPTS]
-    endpoint = client.Endpoint.parse(f"http://127.0.0.1:{speculative.port}")
-    batch = client.run_batch(endpoint, "/v1/chat/completions", bodies, len(bodies), 30.0)
+    bodies = [bench_http.build_request_body("chat", "llama", prompt, 256, seed=42, top_logprobs=2)
+              for prompt in PROMPTS]
+    endpoint = bench_http.Endpoint.parse(f"http://127.0.0.1:{speculative.port}")
+    batch = bench_stream.run_batch(endpoint, "/v1/chat/completions", bodies, len(bodies), 30.0)
     records = [client.output_record(result) for result in batch.results]
     diverged = [first_divergence(alone["tokens"], record["tokens"]) for alone, record in zip(one_at_a_time, records,
                                                                                              strict=True)]

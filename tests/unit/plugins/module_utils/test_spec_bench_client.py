@@ -1,4 +1,5 @@
-"""spec_bench_client: SSE parsing, timings, usage tokens, metrics deltas, request bodies."""
+"""The spec_bench client's rooms (bench_http, bench_stream, spec_metrics, bench_figures, spec_bench_client): SSE
+parsing, timings, usage tokens, metrics deltas, request bodies."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
+from ansible_collections.specfleet.fleet.plugins.module_utils import (
+    bench_figures,
+    bench_http,
+    bench_stream,
+    spec_metrics,
+)
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_prompts as prompts
 
 
@@ -38,7 +44,7 @@ USAGE = {"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tok
 
 
 def test_sse_parser_handles_split_reads_crlf_comments_and_multiline_data():
-    parser = client.SSEParser()
+    parser = bench_stream.SSEParser()
     stream = b": keep-alive\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nevent: x\ndata: [DONE]\n\n"
     events = []
     for i in range(0, len(stream), 3):  # three bytes at a time
@@ -48,7 +54,7 @@ def test_sse_parser_handles_split_reads_crlf_comments_and_multiline_data():
 
 
 def test_sse_parser_flushes_an_unterminated_event_on_close():
-    parser = client.SSEParser()
+    parser = bench_stream.SSEParser()
     assert parser.feed(b"data: [DONE]") == []
     assert parser.close() == ["[DONE]"]
 
@@ -56,15 +62,15 @@ def test_sse_parser_flushes_an_unterminated_event_on_close():
 # --- one stream ------------------------------------------------------------------------------
 
 
-def feed(state: client.StreamState, timed_payloads):
-    parser = client.SSEParser()
+def feed(state: bench_stream.StreamState, timed_payloads):
+    parser = bench_stream.SSEParser()
     for at, payload in timed_payloads:
         for data in parser.feed(sse(payload)):
             state.on_event(data, at)
 
 
 def test_ttft_is_first_content_chunk_and_tokens_come_from_usage_not_chunks():
-    state = client.StreamState(sent_at=10.0)
+    state = bench_stream.StreamState(sent_at=10.0)
     feed(
         state,
         [
@@ -76,8 +82,8 @@ def test_ttft_is_first_content_chunk_and_tokens_come_from_usage_not_chunks():
             (10.220, "[DONE]"),
         ],
     )
-    result = client.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens, state.prompt_tokens,
-                                  state.text, state.finish_reason)
+    result = bench_stream.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens,
+                                        state.prompt_tokens, state.text, state.finish_reason)
     assert state.done and state.error is None
     assert result.text == "Hello big multi-token world"
     assert result.ttft_s == pytest.approx(0.100)
@@ -93,7 +99,7 @@ def test_empty_text_chunks_are_tokens_so_tpot_spans_every_usage_token():
     # back (half a UTF-8 character) or skips (special token) arrives as content "". Usage
     # counts it, so TTFT and E2E must be timed on it: timing only non-empty chunks made
     # TPOT = (E2E - TTFT) / (tokens - 1) span fewer tokens than it divides by (issue 5).
-    state = client.StreamState(sent_at=10.0)
+    state = bench_stream.StreamState(sent_at=10.0)
     feed(
         state,
         [
@@ -107,8 +113,8 @@ def test_empty_text_chunks_are_tokens_so_tpot_spans_every_usage_token():
             (10.160, "[DONE]"),
         ],
     )
-    result = client.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens, state.prompt_tokens,
-                                  state.text, state.finish_reason)
+    result = bench_stream.RequestResult(0, state.sent_at, state.chunk_times, state.completion_tokens,
+                                        state.prompt_tokens, state.text, state.finish_reason)
     assert result.text == "\u00e9a"
     assert result.ttft_s == pytest.approx(0.100)
     assert result.e2e_s == pytest.approx(0.140)
@@ -116,13 +122,13 @@ def test_empty_text_chunks_are_tokens_so_tpot_spans_every_usage_token():
     assert result.tpot_s == pytest.approx(0.040 / 4)  # content chunks only would give 0.010 / 4
     assert result.finish_reason == "length"
     # A role chunk that already carries text is the first token chunk.
-    state = client.StreamState(sent_at=0.0)
+    state = bench_stream.StreamState(sent_at=0.0)
     feed(state, [(0.2, chat_chunk("Hi", role="assistant")), (0.3, chat_chunk("!"))])
     assert state.chunk_times == [0.2, 0.3]
 
 
 def test_completions_stream_uses_text_field():
-    state = client.StreamState(sent_at=0.0)
+    state = bench_stream.StreamState(sent_at=0.0)
     feed(
         state,
         [
@@ -136,17 +142,17 @@ def test_completions_stream_uses_text_field():
 
 
 def test_tpot_needs_more_than_one_token():
-    assert client.tpot(0.1, 0.1, 1) is None
-    assert client.tpot(0.1, 0.5, None) is None
-    assert client.tpot(None, 0.5, 10) is None
-    assert client.tpot(0.1, 0.5, 5) == pytest.approx(0.1)
+    assert bench_stream.tpot(0.1, 0.1, 1) is None
+    assert bench_stream.tpot(0.1, 0.5, None) is None
+    assert bench_stream.tpot(None, 0.5, 10) is None
+    assert bench_stream.tpot(0.1, 0.5, 5) == pytest.approx(0.1)
 
 
 def test_error_event_mid_stream_is_recorded():
-    state = client.StreamState(sent_at=0.0)
+    state = bench_stream.StreamState(sent_at=0.0)
     feed(state, [(0.1, chat_chunk("x")), (0.2, {"error": {"message": "engine dead", "type": "InternalServerError"}})])
     assert state.error is not None
-    assert state.error.error_class == client.STREAM_ERROR
+    assert state.error.error_class == bench_http.STREAM_ERROR
     assert "engine dead" in state.error.message
 
 
@@ -154,25 +160,25 @@ def test_error_event_mid_stream_is_recorded():
 
 
 def test_request_body_is_greedy_streaming_with_usage_and_never_min_p_or_logit_bias():
-    body = client.build_request_body("chat", "m", "hi", 64, 42)
+    body = bench_http.build_request_body("chat", "m", "hi", 64, 42)
     assert body["temperature"] == 0.0 and body["top_p"] == 1.0 and body["seed"] == 42
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 64 and body["messages"] == [{"role": "user", "content": "hi"}]
     assert "min_p" not in body and "logit_bias" not in body
-    completion = client.build_request_body("completion", "m", "hi", 8, 1)
+    completion = bench_http.build_request_body("completion", "m", "hi", 8, 1)
     assert completion["prompt"] == "hi" and "min_p" not in completion and "logit_bias" not in completion
 
 
 @pytest.mark.parametrize("param", ["min_p", "logit_bias"])
 def test_forbidden_parameters_are_refused(param):
-    body = {**client.build_request_body("chat", "m", "hi", 8, 1), param: 0.1 if param == "min_p" else {"1": 5}}
+    body = {**bench_http.build_request_body("chat", "m", "hi", 8, 1), param: 0.1 if param == "min_p" else {"1": 5}}
     with pytest.raises(ValueError, match=param):
-        client.check_body(body)
-    endpoint = client.Endpoint.parse("http://127.0.0.1:9")
+        bench_http.check_body(body)
+    endpoint = bench_http.Endpoint.parse("http://127.0.0.1:9")
     with pytest.raises(ValueError, match=param):
-        client.stream_request(endpoint, client.CHAT_PATH, body, timeout=1)
+        bench_stream.stream_request(endpoint, bench_http.CHAT_PATH, body, timeout=1)
     with pytest.raises(ValueError, match=param):
-        client.run_batch(endpoint, client.CHAT_PATH, [body], 1, timeout=1)
+        bench_stream.run_batch(endpoint, bench_http.CHAT_PATH, [body], 1, timeout=1)
 
 
 # --- against a scripted HTTP server ------------------------------------------------------------
@@ -227,9 +233,9 @@ def scripted():
 
 def call(server, mode, timeout=2.0, deadline=None):
     Scripted.mode = mode
-    endpoint = client.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}", api_key="k")
-    body = client.build_request_body("chat", "m", "hi", 16, 7)
-    return client.stream_request(endpoint, client.CHAT_PATH, body, timeout, deadline)
+    endpoint = bench_http.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}", api_key="k")
+    body = bench_http.build_request_body("chat", "m", "hi", 16, 7)
+    return bench_stream.stream_request(endpoint, bench_http.CHAT_PATH, body, timeout, deadline)
 
 
 def test_wire_request_and_good_stream(scripted):
@@ -244,39 +250,40 @@ def test_wire_request_and_good_stream(scripted):
 
 def test_http_error_json_is_reported(scripted):
     result = call(scripted, "http400")
-    assert result.error_class == client.HTTP_ERROR
+    assert result.error_class == bench_http.HTTP_ERROR
     assert result.error == "HTTP 400 BadRequestError: bad max_tokens"
 
 
 def test_stream_closed_before_done_is_a_connection_error(scripted):
     result = call(scripted, "reset")
-    assert result.error_class == client.CONNECTION_ERROR
+    assert result.error_class == bench_http.CONNECTION_ERROR
     assert result.text == "one two"  # what arrived is kept
 
 
 def test_stalled_stream_times_out_in_bounded_time(scripted):
     started = time.monotonic()
     result = call(scripted, "stall", timeout=0.4)
-    assert result.error_class == client.TIMEOUT
+    assert result.error_class == bench_http.TIMEOUT
     assert "after 1 token chunks" in result.error
     assert time.monotonic() - started < 1.5
     started = time.monotonic()
     result = call(scripted, "stall", timeout=5.0, deadline=time.monotonic() + 0.3)
-    assert result.error_class == client.DEADLINE and time.monotonic() - started < 1.5
+    assert result.error_class == bench_http.DEADLINE and time.monotonic() - started < 1.5
 
 
 def test_connection_refused():
-    endpoint = client.Endpoint.parse("http://127.0.0.1:9")
-    result = client.stream_request(endpoint, client.CHAT_PATH, client.build_request_body("chat", "m", "x", 4, 1), 1)
-    assert result.error_class == client.CONNECTION_ERROR
+    endpoint = bench_http.Endpoint.parse("http://127.0.0.1:9")
+    body = bench_http.build_request_body("chat", "m", "x", 4, 1)
+    result = bench_stream.stream_request(endpoint, bench_http.CHAT_PATH, body, 1)
+    assert result.error_class == bench_http.CONNECTION_ERROR
 
 
 def test_batch_stops_after_the_first_failure(scripted):
     Scripted.mode = "http400"
-    endpoint = client.Endpoint.parse(f"http://127.0.0.1:{scripted.server_address[1]}")
-    bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(6)]
-    batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 1, timeout=2)
-    assert [r.error_class for r in batch.results] == [client.HTTP_ERROR] + [client.NOT_SENT] * 5
+    endpoint = bench_http.Endpoint.parse(f"http://127.0.0.1:{scripted.server_address[1]}")
+    bodies = [bench_http.build_request_body("chat", "m", str(i), 4, 1) for i in range(6)]
+    batch = bench_stream.run_batch(endpoint, bench_http.CHAT_PATH, bodies, 1, timeout=2)
+    assert [r.error_class for r in batch.results] == [bench_http.HTTP_ERROR] + [bench_http.NOT_SENT] * 5
     assert len(Scripted.bodies) == 1
 
 
@@ -330,7 +337,7 @@ def serving(handler: type[BaseHTTPRequestHandler]):
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield client.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}")
+        yield bench_http.Endpoint.parse(f"http://127.0.0.1:{server.server_address[1]}")
     finally:
         server.shutdown()
         server.server_close()
@@ -343,9 +350,9 @@ def test_batch_holds_concurrency_in_flight_from_one_thread_and_sends_its_first_r
     not wall-clock bounds: a loaded 2-core runner delays a thread by tens of milliseconds."""
     Paced.arrivals, Paced.last_tokens, Paced.open_now, Paced.most_open = [], [], 0, 0
     with serving(Paced) as endpoint:
-        bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(8)]
+        bodies = [bench_http.build_request_body("chat", "m", str(i), 4, 1) for i in range(8)]
         threads_before = threading.active_count()
-        batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 4, timeout=5)
+        batch = bench_stream.run_batch(endpoint, bench_http.CHAT_PATH, bodies, 4, timeout=5)
     assert all(r.ok for r in batch.results), [r.error for r in batch.results]
     assert [r.text for r in batch.results] == [" t0 t1 t2 t3"] * 8
     assert [len(r.chunk_times) for r in batch.results] == [4] * 8 and all(r.tpot_s > 0.015 for r in batch.results)
@@ -372,11 +379,11 @@ def test_a_tls_endpoint_streams_through_the_same_loop(tmp_path, monkeypatch):
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     trusting = ssl.create_default_context(cafile=str(cert))
-    monkeypatch.setattr(client.ssl, "create_default_context", lambda: trusting)
+    monkeypatch.setattr(bench_stream.ssl, "create_default_context", lambda: trusting)
     try:
-        endpoint = client.Endpoint.parse(f"https://127.0.0.1:{server.server_address[1]}")
-        bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(3)]
-        batch = client.run_batch(endpoint, client.CHAT_PATH, bodies, 3, timeout=5)
+        endpoint = bench_http.Endpoint.parse(f"https://127.0.0.1:{server.server_address[1]}")
+        bodies = [bench_http.build_request_body("chat", "m", str(i), 4, 1) for i in range(3)]
+        batch = bench_stream.run_batch(endpoint, bench_http.CHAT_PATH, bodies, 3, timeout=5)
     finally:
         server.shutdown()
         server.server_close()
@@ -405,12 +412,13 @@ class KeepAlive(Paced):
         super().do_POST()
 
 
-def keep_alive_batch(requests: int, concurrency: int, drop_second: bool, end_delay: float = 0.0) -> client.BatchResult:
+def keep_alive_batch(requests: int, concurrency: int, drop_second: bool,
+                     end_delay: float = 0.0) -> bench_stream.BatchResult:
     KeepAlive.ports, KeepAlive.dropped, KeepAlive.drop_second, KeepAlive.end_delay = [], 0, drop_second, end_delay
     KeepAlive.arrivals, KeepAlive.open_now, KeepAlive.most_open = [], 0, 0
     with serving(KeepAlive) as endpoint:
-        bodies = [client.build_request_body("chat", "m", str(i), 4, 1) for i in range(requests)]
-        return client.run_batch(endpoint, client.CHAT_PATH, bodies, concurrency, timeout=5)
+        bodies = [bench_http.build_request_body("chat", "m", str(i), 4, 1) for i in range(requests)]
+        return bench_stream.run_batch(endpoint, bench_http.CHAT_PATH, bodies, concurrency, timeout=5)
 
 
 def test_a_batch_reuses_its_connections_as_vllm_bench_serves_pool_does():
@@ -453,8 +461,8 @@ def test_a_connection_is_kept_only_at_a_clean_http11_response_boundary():
     assert to_close.complete and not to_close.reusable
 
 
-def reader_body(raw: bytes, step: int) -> tuple[client.ResponseReader, bytes]:
-    reader = client.ResponseReader()
+def reader_body(raw: bytes, step: int) -> tuple[bench_stream.ResponseReader, bytes]:
+    reader = bench_stream.ResponseReader()
     body = b"".join(reader.feed(raw[at:at + step]) for at in range(0, len(raw), step))
     return reader, body
 
@@ -483,21 +491,21 @@ def test_response_reader_sized_and_to_close_bodies():
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size line"),
 ])
 def test_response_reader_refuses_what_is_not_http(raw, message):
-    with pytest.raises(client.ClientError, match=message) as caught:
-        client.ResponseReader().feed(raw)
-    assert caught.value.error_class == client.PROTOCOL_ERROR
+    with pytest.raises(bench_http.ClientError, match=message) as caught:
+        bench_stream.ResponseReader().feed(raw)
+    assert caught.value.error_class == bench_http.PROTOCOL_ERROR
 
 
 def test_the_request_is_what_http_client_sends():
-    endpoint = client.Endpoint.parse("http://unit.lan:8000/base", api_key="k")
-    raw = client.request_bytes(endpoint, client.CHAT_PATH, b'{"a": 1}')
+    endpoint = bench_http.Endpoint.parse("http://unit.lan:8000/base", api_key="k")
+    raw = bench_http.request_bytes(endpoint, bench_http.CHAT_PATH, b'{"a": 1}')
     head, body = raw.split(b"\r\n\r\n", 1)
     lines = head.decode().split("\r\n")
     assert lines[0] == "POST /base/v1/chat/completions HTTP/1.1" and body == b'{"a": 1}'
     assert {"Host: unit.lan:8000", "Content-Length: 8", "authorization: Bearer k",
             "content-type: application/json"} <= set(lines)
     assert not [line for line in lines if line.lower().startswith("connection:")]  # HTTP/1.1: kept open
-    assert "Host: [::1]" in client.request_bytes(client.Endpoint.parse("http://[::1]:80"), "/x", b"").decode()
+    assert "Host: [::1]" in bench_http.request_bytes(bench_http.Endpoint.parse("http://[::1]:80"), "/x", b"").decode()
 
 
 # --- metrics ----------------------------------------------------------------------------------
@@ -534,17 +542,17 @@ def after_metrics(drafts, draft_tokens, accepted, per_pos):
 
 
 def test_prometheus_parser_reads_labels_and_skips_comments():
-    samples = client.parse_prometheus(METRICS_BEFORE + 'x{a="q\\"uote",b="c"} 3 1700000000\n')
+    samples = spec_metrics.parse_prometheus(METRICS_BEFORE + 'x{a="q\\"uote",b="c"} 3 1700000000\n')
     names = [s[0] for s in samples]
     assert "vllm:spec_decode_num_drafts_total" in names and not any(n.startswith("#") for n in names)
     assert samples[-1] == ("x", {"a": 'q"uote', "b": "c"}, 3.0)
 
 
 def test_acceptance_from_counter_deltas():
-    before = client.spec_decode_counters(METRICS_BEFORE)
-    after = client.spec_decode_counters(after_metrics(200, 1000, 357, [100, 84, 70, 57, 46]))
+    before = spec_metrics.spec_decode_counters(METRICS_BEFORE)
+    after = spec_metrics.spec_decode_counters(after_metrics(200, 1000, 357, [100, 84, 70, 57, 46]))
     assert before["drafts"] == 100 and before["per_position"][4] == 10
-    acceptance = client.acceptance(client.counter_delta(before, after))
+    acceptance = spec_metrics.acceptance(spec_metrics.counter_delta(before, after))
     assert acceptance["drafts"] == 200 and acceptance["draft_tokens"] == 1000 and acceptance["accepted"] == 357
     assert acceptance["rate"] == pytest.approx(357 / 1000)
     assert acceptance["mean_length"] == pytest.approx(1 + 357 / 200)
@@ -553,10 +561,10 @@ def test_acceptance_from_counter_deltas():
 
 def test_no_spec_counters_means_null_not_zero():
     baseline = 'vllm:generation_tokens_total{engine="0",model_name="llama"} 10.0\n'
-    assert client.spec_decode_counters(baseline) is None
-    assert client.counter_delta(None, None) is None
-    assert client.acceptance(None) is None
-    assert client.add_deltas([None, None]) is None
+    assert spec_metrics.spec_decode_counters(baseline) is None
+    assert spec_metrics.counter_delta(None, None) is None
+    assert spec_metrics.acceptance(None) is None
+    assert spec_metrics.add_deltas([None, None]) is None
 
 
 def test_counters_sum_engines_and_filter_by_model():
@@ -565,14 +573,14 @@ def test_counters_sum_engines_and_filter_by_model():
         'vllm:spec_decode_num_drafts_total{engine="1",model_name="a"} 6\n'
         'vllm:spec_decode_num_drafts_total{engine="0",model_name="b"} 100\n'
     )
-    assert client.spec_decode_counters(text)["drafts"] == 110
-    assert client.spec_decode_counters(text, "a")["drafts"] == 10
-    assert client.spec_decode_counters(text, "unknown")["drafts"] == 110  # label not served: all
+    assert spec_metrics.spec_decode_counters(text)["drafts"] == 110
+    assert spec_metrics.spec_decode_counters(text, "a")["drafts"] == 10
+    assert spec_metrics.spec_decode_counters(text, "unknown")["drafts"] == 110  # label not served: all
 
 
 def test_zero_drafts_gives_null_ratios():
-    counters = client.spec_decode_counters(METRICS_BEFORE)
-    acceptance = client.acceptance(client.counter_delta(counters, counters))
+    counters = spec_metrics.spec_decode_counters(METRICS_BEFORE)
+    acceptance = spec_metrics.acceptance(spec_metrics.counter_delta(counters, counters))
     assert acceptance["rate"] is None and acceptance["mean_length"] is None and acceptance["drafts"] == 0
 
 
@@ -581,22 +589,22 @@ def test_zero_drafts_gives_null_ratios():
 
 def test_percentiles_match_numpy_linear():
     values = [1.0, 2.0, 3.0, 4.0, 10.0]
-    assert client.percentile(values, 50) == 3.0
-    assert client.percentile(values, 90) == pytest.approx(7.6)
-    assert client.summarize(values, 1000.0) == {"p50": 3000.0, "p90": 7600.0, "mean": 4000.0}
-    assert client.summarize([]) == {"p50": None, "p90": None, "mean": None}
-    assert client.spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+    assert bench_figures.percentile(values, 50) == 3.0
+    assert bench_figures.percentile(values, 90) == pytest.approx(7.6)
+    assert bench_figures.summarize(values, 1000.0) == {"p50": 3000.0, "p90": 7600.0, "mean": 4000.0}
+    assert bench_figures.summarize([]) == {"p50": None, "p90": None, "mean": None}
+    assert bench_figures.spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
 
 
 def request(index, sent, times, tokens, text="t"):
-    return client.RequestResult(index, sent, times, tokens, 5, text, "length")
+    return bench_stream.RequestResult(index, sent, times, tokens, 5, text, "length")
 
 
 def test_aggregate_per_run_throughput_and_pooled_latencies():
-    run1 = client.BatchResult([request(0, 0.0, [0.1, 0.2, 0.3], 5), request(1, 0.3, [0.4, 0.6], 5)], 1.0, 1)
-    run2 = client.BatchResult([request(0, 0.0, [0.1, 0.3, 0.5], 5), request(1, 0.5, [0.6, 0.8], 5)], 2.0, 1)
+    run1 = bench_stream.BatchResult([request(0, 0.0, [0.1, 0.2, 0.3], 5), request(1, 0.3, [0.4, 0.6], 5)], 1.0, 1)
+    run2 = bench_stream.BatchResult([request(0, 0.0, [0.1, 0.3, 0.5], 5), request(1, 0.5, [0.6, 0.8], 5)], 2.0, 1)
     delta = {"drafts": 10.0, "draft_tokens": 50.0, "accepted": 20.0, "per_position": {0: 8.0, 1: 6.0}}
-    cell = client.aggregate([run1, run2], [delta, delta])
+    cell = bench_figures.aggregate([run1, run2], [delta, delta])
     assert cell["throughput_tok_s"] == {"median": 7.5, "runs": [10.0, 5.0], "spread": pytest.approx(5 / 7.5, abs=1e-4)}
     assert cell["runs"][0]["tpot_p50_ms"] == pytest.approx(50.0)  # (0.2/4, 0.2/4)
     assert cell["ttft_ms"]["p50"] == pytest.approx(100.0)
@@ -605,7 +613,7 @@ def test_aggregate_per_run_throughput_and_pooled_latencies():
                                   "draft_tokens": 100, "accepted": 40}
     first = cell["runs"][0]["requests"][0]
     assert first == {"prompt": None, "tokens": 5, "ttft_ms": 100.0, "tpot_ms": 50.0, "e2e_ms": 300.0, "chunks": 3,
-                     "text": client.text_digest("t")}
+                     "text": bench_figures.text_digest("t")}
     assert cell["bursts"] == {"remeasured_runs": 0, "bursty_requests_left_out": 0}
 
 

@@ -10,6 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from ansible_collections.specfleet.fleet.plugins.module_utils import bench_http, bench_stream
 from ansible_collections.specfleet.fleet.plugins.module_utils import spec_bench_client as client
 
 TOKENS = 20
@@ -92,7 +93,7 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Server)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield client.Endpoint.parse(f"http://127.0.0.1:{httpd.server_address[1]}")
+    yield bench_http.Endpoint.parse(f"http://127.0.0.1:{httpd.server_address[1]}")
     httpd.shutdown()
     httpd.server_close()
 
@@ -199,29 +200,29 @@ def test_bursty_requests_left_after_the_retries_are_left_out_of_every_figure(ser
 
 def test_stream_arrived_in_bursts():
     steady = [0.05 + 0.02 * i for i in range(40)]
-    assert not client.stream_arrived_in_bursts(0.0, steady)
-    assert client.stream_arrived_in_bursts(0.0, [0.27 + 0.00001 * i for i in range(130)])
+    assert not bench_stream.stream_arrived_in_bursts(0.0, steady)
+    assert bench_stream.stream_arrived_in_bursts(0.0, [0.27 + 0.00001 * i for i in range(130)])
     stalled_once = [0.05 + 0.02 * i for i in range(20)] + [5.0 + 0.02 * i for i in range(20)]
-    assert client.stream_arrived_in_bursts(0.0, stalled_once)
-    assert not client.stream_arrived_in_bursts(0.0, [0.3, 0.3001])  # too few chunks to judge
+    assert bench_stream.stream_arrived_in_bursts(0.0, stalled_once)
+    assert not bench_stream.stream_arrived_in_bursts(0.0, [0.3, 0.3001])  # too few chunks to judge
 
 
 def test_chosen_logprobs_reads_both_shapes():
     chat = {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1},
                                                                           {"token": "b", "logprob": -1.5}]}]}
-    assert client.chosen_logprobs(chat) == [("a", -0.1, -1.5)]
+    assert bench_stream.chosen_logprobs(chat) == [("a", -0.1, -1.5)]
     completion = {"tokens": ["a", "c"], "token_logprobs": [-0.1, -0.2], "top_logprobs": [{"a": -0.1, "b": -0.3},
                                                                                          {"c": -0.2}]}
-    assert client.chosen_logprobs(completion) == [("a", -0.1, -0.3), ("c", -0.2, None)]
-    assert client.chosen_logprobs(None) == []
+    assert bench_stream.chosen_logprobs(completion) == [("a", -0.1, -0.3), ("c", -0.2, None)]
+    assert bench_stream.chosen_logprobs(None) == []
 
 
 def test_request_bodies_ask_for_logprobs_only_when_told():
-    plain = client.build_request_body("chat", "m", "x", 8, 1)
+    plain = bench_http.build_request_body("chat", "m", "x", 8, 1)
     assert "logprobs" not in plain and "top_logprobs" not in plain
-    asked = client.build_request_body("chat", "m", "x", 8, 1, top_logprobs=2)
+    asked = bench_http.build_request_body("chat", "m", "x", 8, 1, top_logprobs=2)
     assert (asked["logprobs"], asked["top_logprobs"]) == (True, 2)
-    assert client.build_request_body("completion", "m", "x", 8, 1, top_logprobs=2)["logprobs"] == 2
+    assert bench_http.build_request_body("completion", "m", "x", 8, 1, top_logprobs=2)["logprobs"] == 2
 
 
 def test_the_output_checks_come_after_every_workloads_measured_runs(server):
