@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES, NON_L4T_CLASSES
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
 from specfleet import batch_table, capability, plan_trtllm, serving, sweep
 from specfleet.catalog import Catalog, Image, Model, version_key
@@ -280,28 +280,17 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
     }
     if device_class not in DEVICE_CLASSES:
         return _refused(plan, f"not a recognised Jetson (device tree model {facts.get('model')!r})")
-    model = _checkpoint_for_unit(plan, facts, model, policy, catalog)
+    # The image decides the engine (images.yml names each image's backend): the checkpoint's
+    # memory check and the rest of the plan follow that engine's rules.
+    image, missing = _image_for_unit(device_class, facts, policy, catalog)
+    backend = image.backend if image else class_backend(catalog, device_class)
+    model = _checkpoint_for_unit(plan, facts, model, policy, catalog, backend)
     if model is None:
         return plan
-    if device_class in NON_L4T_CLASSES:
-        return _plan_trtllm(plan, facts, model, policy, catalog)
-    pinned = policy["specfleet_image"]
-    if pinned:
-        # The policy check made sure the name exists; the pin still has to fit the unit.
-        image = catalog.image(pinned)
-        if image is None or not image_fits(image, device_class, facts["l4t"], facts.get("cuda")):
-            return _refused(
-                plan,
-                f"pinned image {pinned!r} (specfleet_image) does not run on {device_class} "
-                f"with L4T {facts['l4t']} (CUDA {facts.get('cuda')})",
-            )
-    else:
-        image = select_image(catalog, device_class, facts["l4t"], facts.get("cuda"))
     if image is None:
-        return _refused(
-            plan,
-            f"no vLLM image for {device_class} on L4T {facts['l4t']} (CUDA {facts.get('cuda')})",
-        )
+        return _refused(plan, missing)
+    if image.backend == "trtllm":
+        return _plan_trtllm(plan, facts, model, policy, catalog, image)
     plan["image"] = mirrored(image.ref, policy["specfleet_image_mirror"])
     plan["image_digest"] = image.digest
     plan["image_size_gib"] = image.size_gib
@@ -427,9 +416,40 @@ def _oom_retry(plan: dict, model: Model, policy: Mapping, catalog: Catalog, meth
             "change": change}
 
 
-def _checkpoint_for_unit(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> Model | None:
+def _image_for_unit(device_class: str, facts: Mapping, policy: Mapping, catalog: Catalog) -> tuple[Image | None, str]:
+    """The image the unit runs: the pinned one (specfleet_image) if it fits the unit, else the
+    first in the catalog that does; with None, why there is none."""
+    l4t, cuda = facts.get("l4t"), facts.get("cuda")
+    pinned = policy["specfleet_image"]
+    # The policy check made sure a pinned name exists; the pin still has to fit the unit.
+    image = catalog.image(pinned) if pinned else select_image(catalog, device_class, l4t, cuda)
+    if image is not None and image_fits(image, device_class, l4t, cuda):
+        return image, ""
+    engine = ENGINE_NAMES[class_backend(catalog, device_class)]
+    if l4t is None:  # a unit without L4T (DGX Spark): class and CUDA decide
+        why = "the NVIDIA driver version was not read, so its CUDA is unknown" if cuda is None else f"CUDA {cuda}"
+        what = f"pinned image {pinned!r} (specfleet_image)" if pinned else f"no {engine} image"
+        return None, f"{what} for {device_class} ({why})"
+    if pinned:
+        return None, (f"pinned image {pinned!r} (specfleet_image) does not run on {device_class} "
+                      f"with L4T {l4t} (CUDA {cuda})")
+    return None, f"no {engine} image for {device_class} on L4T {l4t} (CUDA {cuda})"
+
+
+ENGINE_NAMES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+
+
+def class_backend(catalog: Catalog, device_class: str) -> str:
+    """The engine of the catalog's images for ``device_class`` (the first listed), vLLM when
+    none lists it: how a unit with no fitting image is sized and named."""
+    return next((image.backend for image in catalog.images if device_class in image.classes), "vllm")
+
+
+def _checkpoint_for_unit(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog,
+                         backend: str) -> Model | None:
     """The checkpoint of ``model`` this unit's GPU runs (specfleet.capability), recorded in the
-    plan; None when there is none, the plan then refused with the reason."""
+    plan; None when there is none, the plan then refused with the reason. Its memory is checked
+    as ``backend``, the engine of the unit's image, sizes it."""
     device_class = plan["device_class"]
     table = capability.load_table()
     plan["compute_capability"] = capability.dotted(table.capability(device_class) or 0)
@@ -444,7 +464,7 @@ def _checkpoint_for_unit(plan: dict, facts: Mapping, model: Model, policy: Mappi
     utilisation = policy["specfleet_gpu_memory_utilization"][device_class]
 
     def fits(candidate: Model) -> bool:
-        if device_class in NON_L4T_CLASSES:
+        if backend == "trtllm":
             return plan_trtllm.memory_problem(
                 candidate.repo, candidate.weights_gib, utilisation, unit_gib, kv_gib,
                 policy["specfleet_memory_headroom_gib"]) is None
@@ -469,7 +489,7 @@ def _spec_tokens(policy: Mapping, device_class: str, method: str) -> int:
     return by_method.get(method, policy["specfleet_spec_tokens"][device_class])
 
 
-def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog) -> dict:
+def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog, image: Image) -> dict:
     """A DGX Spark plan: TensorRT-LLM (`trtllm-serve`), speculation in an options YAML.
 
     Same decisions as a Jetson plan (method order, denials, artifacts, memory, reasons);
@@ -478,13 +498,6 @@ def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, cata
     drop when speculating (seed 004 uses 0.9 for every variant).
     """
     device_class = plan["device_class"]
-    cuda = facts.get("cuda")
-    pinned = policy["specfleet_image"]
-    image = catalog.image(pinned) if pinned else select_image(catalog, device_class, None, cuda)
-    if image is None or not image_fits(image, device_class, None, cuda) or image.backend != "trtllm":
-        why = "the NVIDIA driver version was not read, so its CUDA is unknown" if cuda is None else f"CUDA {cuda}"
-        what = f"pinned image {pinned!r} (specfleet_image)" if pinned else "no TensorRT-LLM image"
-        return _refused(plan, f"{what} for {device_class} ({why})")
     plan.update(
         backend=image.backend,
         trtllm_version=image.trtllm_version,

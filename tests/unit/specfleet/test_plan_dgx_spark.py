@@ -328,3 +328,23 @@ def test_a_spark_plan_says_its_outputs_are_not_checked(spark):
 
     plan = plan_for(spark, "gpt-oss-120b")
     assert TRTLLM_OUTPUTS_NOTE in plan["notes"] and "TensorRT-LLM#12546" in TRTLLM_OUTPUTS_NOTE
+
+
+def test_the_image_not_the_device_class_decides_the_engine(unit_facts):
+    """images.yml (or a fleet's specfleet_images) names each image's backend: an AGX Orin pinned
+    to a TensorRT-LLM image is planned for trtllm-serve, options file and all, and one pinned to
+    an image that does not list its class is refused naming the pin."""
+    orin = unit_facts("agx-orin-64gb-r39")
+    jetson_trtllm = {**NEWER_TRTLLM, "name": "site-tensorrt-llm-orin", "classes": ["agx_orin"], "cuda": "13.0"}
+    plan = plan_for(orin, "Qwen/Qwen3-8B", specfleet_spec_methods=["ngram"], specfleet_images=[jetson_trtllm],
+                    specfleet_image="site-tensorrt-llm-orin")
+    assert not plan["refused"], plan["reasons"]
+    assert (plan["backend"], plan["serving"]["engine"], plan["baseline_serving"]["engine"]) == ("trtllm",) * 3
+    assert serving.argv(plan["serving"])[:2] == ["trtllm-serve", "Qwen/Qwen3-8B"]
+    assert set(serving.files(plan["serving"])) == {serving.TRTLLM_OPTIONS_PATHS["speculative"]}
+    # The same unit unpinned runs the catalog's vLLM image for its class.
+    assert plan_for(orin, "Qwen/Qwen3-8B")["serving"]["engine"] == "vllm"
+    # A pin that does not list the unit's class is refused, whatever engine it runs.
+    refused = plan_for(orin, "Qwen/Qwen3-8B", specfleet_images=[NEWER_TRTLLM], specfleet_image="site-tensorrt-llm-1.3")
+    assert refused["refused"] and any("pinned image 'site-tensorrt-llm-1.3'" in reason
+                                      for reason in refused["reasons"]), refused["reasons"]
