@@ -1,5 +1,6 @@
-"""What a unit's GPU can run: compute capability per device class, and per weight format the
-capability vLLM asks for (specfleet/data/capability.yml), as pure lookups for the plan.
+"""What a unit's GPU can run: compute capability per device class (specfleet/data/device_classes.yml),
+and per weight format the capability vLLM asks for (specfleet/data/capability.yml), as pure
+lookups for the plan.
 
 The plan asks two questions of a checkpoint on a device class: does vLLM start it at all
 (``min_capability``, else it refuses with "The quantization method ... is not supported for
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from specfleet.catalog import Catalog, DataFileError, Model, entry_problems, read_data
+from specfleet.catalog import Catalog, DataFileError, Model, entry_problems, load_device_classes, read_data
 
 
 @dataclass(frozen=True)
@@ -47,31 +48,18 @@ def dotted(capability: int) -> str:
     return f"{capability // 10}.{capability % 10}"
 
 
-@dataclass(frozen=True)
-class _ClassEntry:
-    """A device_classes entry of capability.yml (its schema)."""
-
-    compute_capability: int
-    gpu: str
-
-
 @cache
 def load_table() -> CapabilityTable:
     where = "specfleet/data/capability.yml"
-    data = read_data("capability.yml", ("device_classes", "formats"))
-    problems = []
-    for section, cls, given in (("device_classes", _ClassEntry, ()), ("formats", WeightFormat, ("name",))):
-        if not isinstance(data[section], Mapping):
-            raise DataFileError(f"{where} {section}: must be a map of name -> entry")
-        problems += [problem for name, entry in data[section].items()
-                     for problem in entry_problems(cls, entry, f"{where} {section}.{name}", given,
-                                                   optional=("native_capability",))]
+    data = read_data("capability.yml", ("formats",))
+    if not isinstance(data["formats"], Mapping):
+        raise DataFileError(f"{where} formats: must be a map of name -> entry")
+    problems = [problem for name, entry in data["formats"].items()
+                for problem in entry_problems(WeightFormat, entry, f"{where} formats.{name}", ("name",),
+                                              optional=("native_capability",))]
     if problems:
         raise DataFileError("\n".join(problems))
-    classes = {
-        name: (int(entry["compute_capability"]), str(entry["gpu"]))
-        for name, entry in data["device_classes"].items()
-    }
+    classes = {name: (found.compute_capability, found.gpu) for name, found in load_device_classes().items()}
     formats = {
         name: WeightFormat(
             name=name,

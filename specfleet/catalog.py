@@ -17,7 +17,6 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
 from specfleet.variables import is_integer, is_number
 
@@ -184,8 +183,9 @@ def image_problems(entry: Any, where: str) -> list[str]:
     check("digest", digest is None or (isinstance(digest, str) and bool(_DIGEST.match(digest))),
           "null or sha256:<64 hex>")
     classes, listed_methods = entry.get("classes"), entry.get("methods")
-    check("classes", isinstance(classes, list) and bool(classes) and all(c in DEVICE_CLASSES for c in classes),
-          f"a non-empty list of device classes ({', '.join(DEVICE_CLASSES)})")
+    known = device_class_names()
+    check("classes", isinstance(classes, list) and bool(classes) and all(c in known for c in classes),
+          f"a non-empty list of device classes ({', '.join(known)})")
     check("methods", isinstance(listed_methods, list) and all(m in SPEC_METHODS for m in listed_methods),
           f"a list of speculative methods ({', '.join(SPEC_METHODS)})")
     for key in ("vllm_version", "cuda", "l4t_min", "l4t_max", "trtllm_version"):
@@ -227,6 +227,9 @@ _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "float | None": (lambda v: v is None or is_number(v), "null or a number"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "tuple[str, ...]": (lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v), "a list of strings"),
+    "tuple[int, int]": (lambda v: isinstance(v, list) and len(v) == 2 and all(is_integer(i) and i > 0 for i in v)
+                        and v[0] <= v[1], "[low, high]: two positive integers, low first"),
+    "Mapping[str, Any]": (lambda v: isinstance(v, Mapping), "a map"),
 }
 
 
@@ -271,6 +274,58 @@ def _listed(data: Mapping[str, Any], section: str, where: str) -> list:
     if not isinstance(entries, list):
         raise DataFileError(f"{where} {section}: must be a list of entries")
     return entries
+
+
+# The policy variables whose value is a map keyed by device class (specfleet/data/policy.yml says
+# what each means): each class's default comes from its entry in device_classes.yml, which must
+# give the first four; the last two only where the class has any.
+PER_CLASS_REQUIRED = ("specfleet_spec_tokens", "specfleet_spec_tokens_sweep", "specfleet_gpu_memory_utilization",
+                      "specfleet_max_model_len")
+PER_CLASS = (*PER_CLASS_REQUIRED, "specfleet_spec_tokens_by_method", "specfleet_spec_methods_denied")
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """A kind of unit the controller plans for (specfleet/data/device_classes.yml)."""
+
+    name: str
+    l4t: bool  # its units run L4T (JetPack); false: DGX OS, images matched by class and CUDA only
+    compute_capability: int  # major * 10 + minor, as vLLM compares them
+    gpu: str
+    memory_gib: tuple[int, int]  # the MemTotal its units can report, low..high
+    policy: Mapping[str, Any]  # its default of each PER_CLASS variable it gives
+
+
+@cache
+def load_device_classes() -> dict[str, DeviceClass]:
+    """Every device class, in the file's order (the report's order too)."""
+    where = "specfleet/data/device_classes.yml"
+    entries = read_data("device_classes.yml", ("device_classes",))["device_classes"]
+    if not isinstance(entries, Mapping) or not entries:
+        raise DataFileError(f"{where} device_classes: must be a map of name -> entry")
+    problems = []
+    for name, entry in entries.items():
+        at = f"{where} device_classes.{name}"
+        if not (isinstance(name, str) and _NAME.match(name)):
+            problems.append(f"{at}: a class name is lower-case ([a-z0-9._-])")
+        problems += entry_problems(DeviceClass, entry, at, given=("name",))
+        policy = entry.get("policy") if isinstance(entry, Mapping) else None
+        if isinstance(policy, Mapping):
+            problems += [f"{at}.policy: missing {variable}"
+                         for variable in PER_CLASS_REQUIRED if variable not in policy]
+            problems += [f"{at}.policy: {variable} is not a per-class policy variable (known: {', '.join(PER_CLASS)})"
+                         for variable in map(str, policy) if variable not in PER_CLASS]
+    if problems:
+        raise DataFileError("\n".join(problems))
+    return {name: DeviceClass(name=name, l4t=entry["l4t"], compute_capability=int(entry["compute_capability"]),
+                              gpu=str(entry["gpu"]), memory_gib=(int(entry["memory_gib"][0]),
+                                                                 int(entry["memory_gib"][1])),
+                              policy=dict(entry["policy"]))
+            for name, entry in entries.items()}
+
+
+def device_class_names() -> tuple[str, ...]:
+    return tuple(load_device_classes())
 
 
 @cache

@@ -11,10 +11,8 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
-
 from specfleet import batch_table, capability, plan_trtllm, serving, sweep
-from specfleet.catalog import Catalog, Image, Model, version_key
+from specfleet.catalog import Catalog, Image, Model, device_class_names, version_key
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
 GIB_PER_MIB = 1 / 1024
@@ -233,7 +231,7 @@ def plan_unit(host: str, facts: Mapping, model: Model, policy: Mapping, catalog:
     plan["sweep"] = sweep.for_plan(plan, policy)
     # The per-batch-size table a c=8 regression may be measured with (None: none to try).
     plan["batch_table"] = batch_table.for_plan(plan, policy)
-    if plan["device_class"] in DEVICE_CLASSES:
+    if plan["device_class"] in device_class_names():
         event_models(plan, facts, policy, catalog)
     else:
         plan["event"] = {"repos": [], "skipped": [], "servings": [], "needs_tiktoken": False}
@@ -278,7 +276,7 @@ def _serving_plan(host: str, facts: Mapping, model: Model, policy: Mapping, cata
         "reasons": [],
         "notes": [],
     }
-    if device_class not in DEVICE_CLASSES:
+    if device_class not in device_class_names():
         return _refused(plan, f"not a recognised Jetson (device tree model {facts.get('model')!r})")
     # The image decides the engine (images.yml names each image's backend): the checkpoint's
     # memory check and the rest of the plan follow that engine's rules.

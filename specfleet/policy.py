@@ -14,16 +14,11 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import (
-    CLASS_MEMORY_GIB,
-    DEVICE_CLASSES,
-    FACT_KEYS,
-    NON_L4T_CLASSES,
-)
+from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import FACT_KEYS
 from ansible_collections.specfleet.fleet.plugins.module_utils.spec_bench_prompts import WORKLOADS as BENCH_WORKLOADS
 
 from specfleet import serving
-from specfleet.catalog import SPEC_METHODS, Catalog, image_problems
+from specfleet.catalog import PER_CLASS, SPEC_METHODS, Catalog, device_class_names, image_problems, load_device_classes
 from specfleet.variables import closest, is_integer, is_number, shown
 
 # `vllm serve` flags the plan writes itself; specfleet_serve_extra_args may not repeat them
@@ -36,17 +31,6 @@ PLAN_OWNED_FLAGS = (
 # inspect`, the release record and `specfleet plan`; each has a variable that keeps it out.
 SECRET_FLAGS = {"--api-key": "specfleet_api_key", "--hf-token": "specfleet_hf_token"}
 MIN_SPEC_TOKENS, MAX_SPEC_TOKENS = 1, 16
-
-# Variables whose value is a map keyed by device class; an override merges into the
-# default map class by class instead of replacing it.
-PER_CLASS = (
-    "specfleet_spec_tokens",
-    "specfleet_spec_tokens_by_method",
-    "specfleet_spec_tokens_sweep",
-    "specfleet_gpu_memory_utilization",
-    "specfleet_max_model_len",
-    "specfleet_spec_methods_denied",
-)
 
 
 class PolicyError(ValueError):
@@ -63,7 +47,14 @@ def _defaults_text() -> str:
 
 
 def defaults() -> dict[str, Any]:
-    return yaml.safe_load(_defaults_text())
+    """policy.yml's values, each per-class variable (catalog.PER_CLASS: a map keyed by device
+    class; an override merges into it class by class) made from the device classes' own."""
+    policy = yaml.safe_load(_defaults_text())
+    classes = load_device_classes()
+    for name in PER_CLASS:
+        policy[name] = {device_class: found.policy[name] for device_class, found in classes.items()
+                        if name in found.policy}
+    return policy
 
 
 def variable_names() -> list[str]:
@@ -97,10 +88,10 @@ def _check_class_map(problems: list[str], name: str, value: Any) -> dict:
         problems.append(f"{name}: must be a map of device class -> value, got {shown(value)}")
         return {}
     for device_class in value:
-        if device_class not in DEVICE_CLASSES:
+        if device_class not in device_class_names():
             problems.append(
                 f"{name}: unknown device class {shown(device_class)} "
-                f"(known: {', '.join(DEVICE_CLASSES)})"
+                f"(known: {', '.join(device_class_names())})"
             )
     return dict(value)
 
@@ -398,15 +389,16 @@ def expected_facts_problems(expected: Any, name: str = EXPECTED_FACTS_VAR) -> li
     if not isinstance(expected, Mapping):
         return [f"{name}: must be a map of facts (device_class, l4t, memory_mb, ...), got {shown(expected)}"]
     device_class = expected.get("device_class")
+    known = load_device_classes().get(device_class) if isinstance(device_class, str) else None
     # A DGX Spark runs DGX OS: it has no L4T release, so none is required (null if given).
-    needed = ("device_class", "memory_mb") if device_class in NON_L4T_CLASSES else ("device_class", "l4t", "memory_mb")
+    without_l4t = known is not None and not known.l4t
+    needed = ("device_class", "memory_mb") if without_l4t else ("device_class", "l4t", "memory_mb")
     problems = [f"{name}.{key}: missing; the plan needs it" for key in needed if key not in expected]
-    if "device_class" in expected and device_class not in DEVICE_CLASSES:
-        problems.append(
-            f"{name}.device_class: unknown device class {shown(device_class)} (known: {', '.join(DEVICE_CLASSES)})"
-        )
+    if "device_class" in expected and known is None:
+        problems.append(f"{name}.device_class: unknown device class {shown(device_class)} "
+                        f"(known: {', '.join(device_class_names())})")
     l4t = expected.get("l4t")
-    if device_class in NON_L4T_CLASSES:
+    if without_l4t:
         if l4t is not None:
             problems.append(f"{name}.l4t: {device_class} runs no L4T; leave it out or null, got {shown(l4t)}")
     elif "l4t" in expected and not (isinstance(l4t, str) and _L4T_PATTERN.match(l4t)):
@@ -414,8 +406,8 @@ def expected_facts_problems(expected: Any, name: str = EXPECTED_FACTS_VAR) -> li
     memory = expected.get("memory_mb")
     if "memory_mb" in expected and (not is_integer(memory) or memory <= 0):
         problems.append(f"{name}.memory_mb: must be a positive integer (MiB), got {shown(memory)}")
-    elif is_integer(memory) and device_class in CLASS_MEMORY_GIB:
-        low, high = CLASS_MEMORY_GIB[device_class]
+    elif is_integer(memory) and known is not None:
+        low, high = known.memory_gib
         if not low * 1024 <= memory <= high * 1024:
             problems.append(f"{name}.memory_mb: {memory} MiB cannot be a {device_class}'s memory "
                             f"({low}..{high} GiB, {low * 1024}..{high * 1024} MiB)")
@@ -438,7 +430,7 @@ def class_conflicts(policy: Mapping[str, Any], device_class: str | None) -> list
     methods = policy.get("specfleet_spec_methods")
     denied_by_class = policy.get("specfleet_spec_methods_denied")
     denied = denied_by_class.get(device_class) if isinstance(denied_by_class, Mapping) else None
-    if device_class not in DEVICE_CLASSES or not isinstance(methods, list) or not isinstance(denied, Mapping):
+    if device_class not in device_class_names() or not isinstance(methods, list) or not isinstance(denied, Mapping):
         return []
     if methods and all(method in denied for method in methods):
         return [

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
-from ansible_collections.specfleet.fleet.plugins.module_utils.jetson_identity import DEVICE_CLASSES
 
 from specfleet import attention, batch_table, compare, gate, loading, runs, sweep
+from specfleet.catalog import device_class_names
 from specfleet.console import units_text
 
 CSV_COLUMNS = (
@@ -168,7 +168,8 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def _class_order(name: str | None) -> tuple[int, str]:
-    return (DEVICE_CLASSES.index(name) if name in DEVICE_CLASSES else len(DEVICE_CLASSES), str(name))
+    order = device_class_names()
+    return (order.index(name) if name in order else len(order), str(name))
 
 
 def _range_text(values: Sequence[float]) -> str:
@@ -188,7 +189,7 @@ def method_text(record: Mapping) -> str:
 
 
 def class_summary(records: Sequence[Mapping]) -> list[dict[str, Any]]:
-    """Per device class (in DEVICE_CLASSES order): its records, decisions, the c=1 speedups
+    """Per device class (in device_classes.yml's order): its records, decisions, the c=1 speedups
     measured and what was kept."""
     classes: dict[Any, list[Mapping]] = {}
     for record in records:

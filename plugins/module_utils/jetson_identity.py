@@ -22,8 +22,6 @@ from dataclasses import dataclass
 DGX_SPARK = "dgx_spark"
 JETSON_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano")
 DEVICE_CLASSES = (*JETSON_CLASSES, DGX_SPARK)
-# Classes that run DGX OS (Ubuntu), not L4T: no nv_tegra_release, JetPack or device tree.
-NON_L4T_CLASSES = (DGX_SPARK,)
 UNKNOWN_CLASS = "unknown"
 
 DEFAULT_PATHS = {
@@ -113,12 +111,6 @@ FACT_KEYS = (
     "is_jetson", "device_class", "model", "compatible", "sku", "module", "memory_mb", "l4t", "l4t_source",
     "jetpack", "cuda", "product_name", "dgx_os", "dgx_platform", "dgx_release_source", "nvidia_driver", "host",
 )
-
-# The MemTotal a class can report, in GiB: from its smallest module's bucket below to its
-# largest module's nominal memory (AGX Thor T5000 and DGX Spark 128 GB, AGX Orin 64 GB,
-# Orin NX 16 GB, Orin Nano 8 GB). A declared memory outside it cannot be true.
-CLASS_MEMORY_GIB = {"thor": (32, 128), "agx_orin": (28, 64), "orin_nx": (7, 16), "orin_nano": (3, 8),
-                    "dgx_spark": (96, 128)}
 
 # When no P-number names the module, MemTotal buckets do (detect_jetson.sh), in GiB.
 MEMORY_BUCKETS_GIB = {

@@ -590,11 +590,15 @@ def test_cli_policy_file_that_is_no_policy_is_one_line_naming_it(content: bytes,
     ("catalog.yml", lambda d: d["models"][1].pop("repo"), "catalog.yml models[1]: missing repo"),
     ("catalog.yml", lambda d: d["heads"][0].update(weight_gib=1), "catalog.yml heads[0]: unknown field(s) weight_gib"),
     ("images.yml", lambda d: d["images"][0].update(ref="nvcr.io/nvidia/vllm"), "images.yml images[0].ref: must be"),
-    ("capability.yml", lambda d: d["device_classes"]["thor"].update(compute_capability="11.0"),
-     "capability.yml device_classes.thor.compute_capability: must be an integer"),
+    ("device_classes.yml", lambda d: d["device_classes"]["thor"].update(compute_capability="11.0"),
+     "device_classes.yml device_classes.thor.compute_capability: must be an integer"),
+    ("device_classes.yml", lambda d: d["device_classes"]["orin_nx"]["policy"].pop("specfleet_max_model_len"),
+     "device_classes.yml device_classes.orin_nx.policy: missing specfleet_max_model_len"),
+    ("device_classes.yml", lambda d: d["device_classes"]["thor"].update(memory_gib=[128, 32]),
+     "device_classes.yml device_classes.thor.memory_gib: must be [low, high]"),
     ("capability.yml", lambda d: d["formats"].update(fp8="fast"), "capability.yml formats.fp8: must be a map"),
 ], ids=["model-field-type", "model-field-missing", "head-field-unknown", "image-ref", "class-capability",
-        "format-not-a-map"])
+        "class-policy-missing", "class-memory-reversed", "format-not-a-map"])
 def test_a_data_file_edited_badly_is_an_error_naming_file_entry_and_field(
         data_file, edit, message, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
     from importlib import resources
@@ -607,14 +611,15 @@ def test_a_data_file_edited_badly_is_an_error_naming_file_entry_and_field(
     edit(content)
     (data / data_file).write_text(yaml.safe_dump(content))
     monkeypatch.setattr(catalog.resources, "files", lambda package: data)
-    catalog.load_catalog.cache_clear()
-    capability.load_table.cache_clear()
+    loaders = (catalog.load_catalog, catalog.load_device_classes, capability.load_table)
+    for loader in loaders:
+        loader.cache_clear()
     try:
         inventory = write_inventory(tmp_path, Case("valid", {}, "", ""))
         assert cli.main(["plan", "-i", str(inventory)]) == cli.EXIT_BAD_INPUT
     finally:
-        catalog.load_catalog.cache_clear()
-        capability.load_table.cache_clear()
+        for loader in loaders:
+            loader.cache_clear()
     _, err = capsys.readouterr()
     assert f"specfleet/data/{message}" in err and "Traceback" not in err, err
 

@@ -127,7 +127,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_reads_imports_of_every_form():
     graph = import_graph()
     assert "specfleet.runs" in graph["specfleet.compare"]  # from specfleet import attention, runs
-    assert f"{COLLECTION}.plugins.module_utils.jetson_identity" in graph["specfleet.catalog"]
+    assert f"{COLLECTION}.plugins.module_utils.jetson_identity" in graph["specfleet.policy"]
     assert "specfleet.status" in graph["specfleet.cli"]  # inside a function
     assert "specfleet.fanout_run" in graph["specfleet.hostkeys"]  # from specfleet.fanout_run import ...
 
