@@ -24,7 +24,6 @@ from specfleet.variables import is_integer, is_number
 SPEC_METHODS = ("eagle3", "mtp", "draft_model", "ngram")
 
 
-
 def version_key(version: str) -> tuple[int, ...]:
     """A version's numbers, to compare: ``"36.4.3"`` -> (36, 4, 3); a release suffix ends them
     (``"0.24.0rc1"`` -> (0, 24, 0)); () when it starts with none (``"latest"``)."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from specfleet import batch_table, capability, plan_trtllm, serving, sweep
-from specfleet.catalog import Catalog, Image, Model, device_class_names, version_key
+from specfleet.catalog import Catalog, Image, Model, device_class_names, load_device_classes, version_key
 
 METHOD_LABELS = {"eagle3": "EAGLE-3", "mtp": "MTP", "draft_model": "draft model", "ngram": "n-gram"}
 GIB_PER_MIB = 1 / 1024
@@ -414,6 +414,9 @@ def _oom_retry(plan: dict, model: Model, policy: Mapping, catalog: Catalog, meth
             "change": change}
 
 
+ENGINE_NAMES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+
+
 def _image_for_unit(device_class: str, facts: Mapping, policy: Mapping, catalog: Catalog) -> tuple[Image | None, str]:
     """The image the unit runs: the pinned one (specfleet_image) if it fits the unit, else the
     first in the catalog that does; with None, why there is none."""
@@ -424,7 +427,7 @@ def _image_for_unit(device_class: str, facts: Mapping, policy: Mapping, catalog:
     if image is not None and image_fits(image, device_class, l4t, cuda):
         return image, ""
     engine = ENGINE_NAMES[class_backend(catalog, device_class)]
-    if l4t is None:  # a unit without L4T (DGX Spark): class and CUDA decide
+    if not load_device_classes()[device_class].l4t:  # DGX OS, no L4T (DGX Spark): class and CUDA decide
         why = "the NVIDIA driver version was not read, so its CUDA is unknown" if cuda is None else f"CUDA {cuda}"
         what = f"pinned image {pinned!r} (specfleet_image)" if pinned else f"no {engine} image"
         return None, f"{what} for {device_class} ({why})"
@@ -432,9 +435,6 @@ def _image_for_unit(device_class: str, facts: Mapping, policy: Mapping, catalog:
         return None, (f"pinned image {pinned!r} (specfleet_image) does not run on {device_class} "
                       f"with L4T {l4t} (CUDA {cuda})")
     return None, f"no {engine} image for {device_class} on L4T {l4t} (CUDA {cuda})"
-
-
-ENGINE_NAMES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM"}
 
 
 def class_backend(catalog: Catalog, device_class: str) -> str:
@@ -488,7 +488,7 @@ def _spec_tokens(policy: Mapping, device_class: str, method: str) -> int:
 
 
 def _plan_trtllm(plan: dict, facts: Mapping, model: Model, policy: Mapping, catalog: Catalog, image: Image) -> dict:
-    """A DGX Spark plan: TensorRT-LLM (`trtllm-serve`), speculation in an options YAML.
+    """A TensorRT-LLM plan (`trtllm-serve`, the image's backend; DGX Spark's), speculation in an options YAML.
 
     Same decisions as a Jetson plan (method order, denials, artifacts, memory, reasons);
     what differs is how they are told to the engine and how its memory is sized: the KV

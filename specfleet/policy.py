@@ -7,6 +7,7 @@ Validation collects every problem at once so one run shows the user all of them.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -52,7 +53,8 @@ def defaults() -> dict[str, Any]:
     policy = yaml.safe_load(_defaults_text())
     classes = load_device_classes()
     for name in PER_CLASS:
-        policy[name] = {device_class: found.policy[name] for device_class, found in classes.items()
+        # Copies: the classes are loaded once, and a caller may change the map it is given.
+        policy[name] = {device_class: copy.deepcopy(found.policy[name]) for device_class, found in classes.items()
                         if name in found.policy}
     return policy
 

@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# This tree's controller and collection, whatever checkout the venv's editable install names.
+sys.path[:0] = [str(REPO), str(REPO / "collections")]
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
-
-import specfleet  # noqa: E402,F401  (makes the collection's module_utils importable)
 
 
 def pause_before(step: str, root: str) -> None:

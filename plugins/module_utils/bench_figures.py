@@ -37,15 +37,12 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-
 def mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-
 def median(values: list[float]) -> float | None:
     return percentile(values, 50.0)
-
 
 
 def spread(values: list[float]) -> float | None:
@@ -54,7 +51,6 @@ def spread(values: list[float]) -> float | None:
     if middle is None or middle == 0:
         return None
     return (max(values) - min(values)) / middle
-
 
 
 def summarize(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, float | None]:
@@ -66,17 +62,14 @@ def summarize(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[
     return {"p50": fmt(percentile(values, 50)), "p90": fmt(percentile(values, 90)), "mean": fmt(mean(values))}
 
 
-
 def cell_key(concurrency: int) -> str:
     """Result key of a concurrency level: 'c1', 'c8' (strings: Ansible/JSON keys)."""
     return f"c{concurrency}"
 
 
-
 def text_digest(text: str) -> str:
     """A short digest of one output text: what two servers' answers to a prompt are compared by."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
 
 
 def request_record(result: RequestResult) -> dict[str, Any]:
@@ -95,7 +88,6 @@ def request_record(result: RequestResult) -> dict[str, Any]:
     elif result.bursty:
         record["bursty"] = True
     return record
-
 
 
 def aggregate(
@@ -154,7 +146,6 @@ def aggregate(
     }
 
 
-
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -168,12 +159,10 @@ def bench_of(result: Any) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else result
 
 
-
 def cell(result: Any, workload: str, key: str) -> dict[str, Any] | None:
     """One workload x concurrency cell (``key`` from cell_key) as aggregate made it, or None."""
     found = ((bench_of(result).get("results") or {}).get(workload) or {}).get(key)
     return found if isinstance(found, dict) else None
-
 
 
 def median_throughput(figures: dict[str, Any] | None) -> float | None:
@@ -181,11 +170,9 @@ def median_throughput(figures: dict[str, Any] | None) -> float | None:
     return ((figures or {}).get("throughput_tok_s") or {}).get("median")
 
 
-
 def tpot_p50(figures: dict[str, Any] | None) -> float | None:
     """TPOT p50 of a cell in ms, pooled over the requests of every run."""
     return ((figures or {}).get("tpot_ms") or {}).get("p50")
-
 
 
 def throughput_runs(figures: dict[str, Any] | None) -> list[float]:
@@ -194,12 +181,10 @@ def throughput_runs(figures: dict[str, Any] | None) -> list[float]:
     return [float(v) for v in values if isinstance(v, int | float) and v > 0]
 
 
-
 def tpot_runs(figures: dict[str, Any] | None) -> list[float]:
     """Each complete run's TPOT p50 in ms."""
     values = [run.get("tpot_p50_ms") for run in (figures or {}).get("runs") or [] if not run.get("failed_requests")]
     return [float(v) for v in values if isinstance(v, int | float) and v > 0]
-
 
 
 def cell_acceptance(figures: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -49,7 +49,6 @@ PROTOCOL_ERROR = "protocol_error"  # unparseable event, no usage chunk
 NOT_SENT = "not_sent"  # skipped: the batch stopped after an earlier failure
 
 
-
 class ClientError(Exception):
     """A request-level failure with a class from the constants above."""
 
@@ -57,7 +56,6 @@ class ClientError(Exception):
         super().__init__(message)
         self.error_class = error_class
         self.message = message
-
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,6 @@ class Endpoint:
         return f"{self.scheme}://{self.host}:{self.port}{self.base_path}"
 
 
-
 def http_get(endpoint: Endpoint, path: str, timeout: float) -> tuple[int, bytes]:
     """GET a path; raises ClientError (connection_error/timeout) when nothing answers."""
     conn = endpoint.connection(timeout)
@@ -111,11 +108,9 @@ def http_get(endpoint: Endpoint, path: str, timeout: float) -> tuple[int, bytes]
         conn.close()
 
 
-
 def _describe(exc: BaseException) -> str:
     text = str(exc) or exc.__class__.__name__
     return f"{exc.__class__.__name__}: {text}" if exc.__class__.__name__ not in text else text
-
 
 
 def error_message(status: int, body: bytes) -> str:
@@ -137,7 +132,6 @@ def error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {json.dumps(payload)[:300]}"
 
 
-
 def check_body(body: dict[str, Any]) -> None:
     """Refuse sampling parameters a speculative vLLM server rejects or silently ignores."""
     present = [name for name in FORBIDDEN_PARAMS if name in body]
@@ -146,7 +140,6 @@ def check_body(body: dict[str, Any]) -> None:
             f"refusing to send {', '.join(present)}: not supported with speculative decoding "
             "(vLLM answers HTTP 400 or ignores it), so it would skew a baseline/speculative comparison"
         )
-
 
 
 def build_request_body(
@@ -186,7 +179,6 @@ def build_request_body(
         body["cache_salt"] = cache_salt
     check_body(body)
     return body
-
 
 
 def request_bytes(endpoint: Endpoint, path: str, payload: bytes) -> bytes:

@@ -92,7 +92,6 @@ class SSEParser:
         return events
 
 
-
 @dataclass
 class StreamState:
     """What one streamed response delivered, fed event by event (pure; times are inputs)."""
@@ -157,12 +156,10 @@ class StreamState:
         return "".join(self.pieces)
 
 
-
 def _alternative(chosen: str, candidates: list[tuple[str, float]]) -> float | None:
     """The best logprob among the alternatives that are not the chosen token."""
     others = [logprob for token, logprob in candidates if token != chosen]
     return max(others) if others else None
-
 
 
 def chosen_logprobs(logprobs: Any) -> list[tuple[str, float, float | None]]:
@@ -190,7 +187,6 @@ def chosen_logprobs(logprobs: Any) -> list[tuple[str, float, float | None]]:
         alternatives = [(str(t), float(v)) for t, v in (top or {}).items() if v is not None]
         found.append((str(token), float(value), _alternative(str(token), alternatives)))
     return found
-
 
 
 @dataclass
@@ -249,10 +245,8 @@ class RequestResult:
         }
 
 
-
 def to_ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
-
 
 
 def tpot(ttft_s: float | None, e2e_s: float | None, completion_tokens: int | None) -> float | None:
@@ -276,7 +270,6 @@ BURST_GAPS = 2
 BURST_SHARE = 0.8
 
 
-
 def stream_arrived_in_bursts(sent_at: float, chunk_times: list[float]) -> bool:
     """Most of the request's time (send to last chunk) in its ``BURST_GAPS`` longest intervals
     (the wait for the first chunk counts as one), over at least ``BURST_MIN_CHUNKS`` chunks."""
@@ -286,7 +279,6 @@ def stream_arrived_in_bursts(sent_at: float, chunk_times: list[float]) -> bool:
     total = marks[-1] - marks[0]
     gaps = sorted((later - earlier for earlier, later in zip(marks, marks[1:], strict=False)), reverse=True)
     return total > 0 and sum(gaps[:BURST_GAPS]) >= BURST_SHARE * total
-
 
 
 def stream_request(
@@ -307,7 +299,6 @@ def stream_request(
     """
     check_body(body)
     return _exchange(endpoint, path, [_Job(index, body, prompt_id)], 1, timeout, deadline, False, clock)[index]
-
 
 
 class ResponseReader:
@@ -411,13 +402,11 @@ class ResponseReader:
         self.keep_alive = framed and parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
 
 
-
 @dataclass
 class _Job:
     index: int
     body: dict[str, Any]
     prompt_id: str | None = None
-
 
 
 @dataclass
@@ -434,7 +423,6 @@ class _Stream:
     events: SSEParser = field(default_factory=SSEParser)
     error_body: bytearray = field(default_factory=bytearray)
     draining: bool = False  # the result is in; the response's last bytes are still to come
-
 
 
 def _result(job: _Job, state: StreamState, error: ClientError | None = None) -> RequestResult:
@@ -454,7 +442,6 @@ def _result(job: _Job, state: StreamState, error: ClientError | None = None) -> 
     )
 
 
-
 def _outcome(stream: _Stream, closed: bool) -> RequestResult | None:
     """The request's result once its stream ended (None while it goes on)."""
     state = stream.state
@@ -469,7 +456,6 @@ def _outcome(stream: _Stream, closed: bool) -> RequestResult | None:
         return _result(stream.job, state, ClientError(CONNECTION_ERROR,
                                                       "stream closed before [DONE] (server went away?)"))
     return None
-
 
 
 def _received(stream: _Stream, data: bytes, now: float) -> RequestResult | None:
@@ -500,7 +486,6 @@ def _received(stream: _Stream, data: bytes, now: float) -> RequestResult | None:
     return _outcome(stream, closed)
 
 
-
 def _timed_out(job: _Job, state: StreamState, limit: float, cut_class: str) -> RequestResult:
     """The request's timeout or the run's deadline (`cut_class`) reached at `limit`."""
     what = "run deadline" if cut_class == DEADLINE else f"request timeout ({limit - state.sent_at:.1f} s)"
@@ -509,7 +494,6 @@ def _timed_out(job: _Job, state: StreamState, limit: float, cut_class: str) -> R
 
 
 DRAIN_S = 1.0  # how long a finished stream's last bytes ([DONE] came, the closing chunk not yet) are awaited
-
 
 
 def _idle_connection(idle: list[socket.socket]) -> socket.socket | None:
@@ -526,7 +510,6 @@ def _idle_connection(idle: list[socket.socket]) -> socket.socket | None:
             return sock
         sock.close()
     return None
-
 
 
 def _exchange(
@@ -676,7 +659,6 @@ def _exchange(
         selector.close()
 
 
-
 @dataclass
 class BatchResult:
     """Every prompt of a set sent once, `concurrency` in flight."""
@@ -704,7 +686,6 @@ class BatchResult:
 
     def texts(self) -> list[str]:
         return [r.text for r in sorted(self.results, key=lambda r: r.index)]
-
 
 
 def run_batch(

@@ -20,8 +20,6 @@ import re
 from dataclasses import dataclass
 
 DGX_SPARK = "dgx_spark"
-JETSON_CLASSES = ("thor", "agx_orin", "orin_nx", "orin_nano")
-DEVICE_CLASSES = (*JETSON_CLASSES, DGX_SPARK)
 UNKNOWN_CLASS = "unknown"
 
 DEFAULT_PATHS = {

@@ -48,7 +48,6 @@ SERVER_DIED = "server_died"  # requests failed and /health no longer answers 200
 STALLED = "stalled"  # requests time out while /health still answers (a wedged engine)
 
 
-
 def classify_failure(
     endpoint: Endpoint, batch: BatchResult, where: str, probe_timeout: float = 5.0
 ) -> dict[str, str]:
@@ -76,7 +75,6 @@ def classify_failure(
 WARMUP_TOKENS = 32
 
 
-
 def request_tag(workload: str, phase: str, position: int) -> str:
     """The nonce opening a request's prompt: the same on both servers and in every block for
     the same (workload, phase, position), different between positions, runs and the warm-up,
@@ -84,10 +82,8 @@ def request_tag(workload: str, phase: str, position: int) -> str:
     return hashlib.sha256(f"{workload}/{phase}/{position}".encode()).hexdigest()[:10]
 
 
-
 def tagged(text: str, tag: str) -> str:
     return f"Request {tag}.\n\n{text}"
-
 
 
 def check_salt(bench_token: str, workload: str, position: int, which: str) -> str:
@@ -106,12 +102,10 @@ REPEATS_SALTED = "each request with its own prefix-cache salt (cache_salt)"
 REPEATS_SHARED = "the same request (the prefix cache may serve its prefill)"
 
 
-
 def run_sequence(count: int, run: int, prompts: int) -> list[int]:
     """Prompt indexes a run sends, in order: the set cycled from where the previous run of
     the cell stopped, so runs of a cell cover the set in turn."""
     return [(run * count + position) % prompts for position in range(count)]
-
 
 
 def run_benchmark(
@@ -307,7 +301,6 @@ def run_benchmark(
         "duration_s": round(clock() - started, 3),
         "metrics_notes": metrics_notes[:5],
     }
-
 
 
 def output_record(result: RequestResult) -> dict[str, Any]:

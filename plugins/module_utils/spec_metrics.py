@@ -39,10 +39,8 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
-
 def _unescape(value: str) -> str:
     return value.replace("\\\\", "\x00").replace('\\"', '"').replace("\\n", "\n").replace("\x00", "\\")
-
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -63,7 +61,6 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
             continue
         samples.append((name, labels, value))
     return samples
-
 
 
 def spec_decode_counters(text: str, model_name: str | None = None) -> dict[str, Any] | None:
@@ -91,11 +88,9 @@ def spec_decode_counters(text: str, model_name: str | None = None) -> dict[str, 
     return counters
 
 
-
 def _zero_counters(like: dict[str, Any]) -> dict[str, Any]:
     zero_positions = dict.fromkeys(like["per_position"], 0.0)
     return {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_position": zero_positions}
-
 
 
 def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -114,7 +109,6 @@ def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     }
 
 
-
 def add_deltas(deltas: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """Sum of counter deltas; None if no delta had counters."""
     present = [d for d in deltas if d is not None]
@@ -127,7 +121,6 @@ def add_deltas(deltas: list[dict[str, Any] | None]) -> dict[str, Any] | None:
         for position, value in delta["per_position"].items():
             total["per_position"][position] = total["per_position"].get(position, 0.0) + value
     return total
-
 
 
 def acceptance(delta: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -149,7 +142,6 @@ def acceptance(delta: dict[str, Any] | None) -> dict[str, Any] | None:
         "draft_tokens": int(round(draft_tokens)),
         "accepted": int(round(accepted)),
     }
-
 
 
 def scrape_spec_counters(endpoint: Endpoint, timeout: float, model_name: str | None = None) -> dict[str, Any] | None:

@@ -493,8 +493,8 @@ class ClientOptions:
     """For the real lane only: every request of run_benchmark also carries ignore_eos (it has no
     option for it; `vllm bench serve --ignore-eos` sets the same field), and its nonces get a salt
     per run, so a later run of ours never repeats an earlier one's prompts (the server's prefix
-    cache would then serve their prefill). run_batch looks both names up in the client module at
-    call time, so the procedure itself is the client's own."""
+    cache would then serve their prefill). run_benchmark looks both names up in its own module
+    (spec_bench_client) at call time, so the procedure itself is the client's own."""
 
     def __init__(self, salt: str) -> None:
         self.salt = salt

@@ -48,7 +48,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+# This tree's controller and collection, whatever checkout the venv's editable install names.
+sys.path[:0] = [str(REPO), str(REPO / "collections")]
 sys.path.insert(0, str(REPO / "tests" / "bench"))  # the fan-out benchmark's report reader
 
 import evening_model as evening  # noqa: E402

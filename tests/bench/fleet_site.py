@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+# This tree's controller and collection, whatever checkout the venv's editable install names.
+sys.path[:0] = [str(REPO), str(REPO / "collections")]
 
 from specfleet_lab import lab  # noqa: E402
 from specfleet_lab.config import LabConfig  # noqa: E402

@@ -58,14 +58,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+# This tree's controller and collection, whatever checkout the venv's editable install names.
+sys.path[:0] = [str(REPO), str(REPO / "collections")]
 
-from specfleet import gate, sweep  # noqa: E402  (first: it makes the collection importable)
+from ansible_collections.specfleet.fleet.plugins.module_utils.bench_figures import text_digest  # noqa: E402
+
+from specfleet import gate, sweep  # noqa: E402
 from specfleet import policy as policy_module  # noqa: E402
 from specfleet.paired import BASELINE, SPECULATIVE  # noqa: E402
-
-# The unit-side client's digest, imported through the collection specfleet made importable.
-text_digest = sys.modules["ansible_collections.specfleet.fleet.plugins.module_utils.bench_figures"].text_digest
 
 POLICY = policy_module.merge({})
 SPEEDUPS = (0.9, 1.20, 1.28, 1.32, 1.40, 1.60)

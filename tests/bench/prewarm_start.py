@@ -48,7 +48,8 @@ CONTAINER = "specfleet-prewarm-bench"
 PORT = 8011  # beside a serving container on 8000; the port is not in the compile hash
 
 sys.path.insert(0, str(REPO / "lab" / "engines" / "vllm-cpu"))
-sys.path.insert(0, str(REPO))
+# This tree's controller and collection, whatever checkout the venv's editable install names.
+sys.path[:0] = [str(REPO), str(REPO / "collections")]
 
 from specfleet import serving  # noqa: E402
 from tests.conftest import on_unit  # noqa: E402  (test_prewarm_lab imports it from here too)

@@ -1,5 +1,6 @@
-"""The repository as the specfleet.fleet collection: built and installed with ansible-galaxy,
-its playbooks run by FQCN from a directory that knows nothing of the checkout."""
+"""The repository as the specfleet.fleet collection, both ways it ships: the wheel (one install:
+the controller and the collection) and the Galaxy tarball; its playbooks run by FQCN from a
+directory that knows nothing of the checkout."""
 
 from __future__ import annotations
 

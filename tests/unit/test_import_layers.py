@@ -8,6 +8,7 @@ test needs no import side effect to pass and a lazy import cannot hide a loop.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,8 +174,13 @@ def test_importing_the_controller_package_starts_no_ansible_loader(statement, tm
     user's `specfleet` command is."""
     probe = (f"{statement}\nimport sys\n"
              "print(sorted(name for name in sys.modules if name == 'ansible' or name.startswith('ansible.')))\n"
-             "print(sorted(type(finder).__name__ for finder in sys.meta_path))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
-    ansible_modules, finders = done.stdout.splitlines()
+             "print(sorted(type(finder).__name__ for finder in sys.meta_path))\n"
+             "import specfleet.plan; print(specfleet.plan.__file__)")
+    # This tree's package and collection first, whatever checkout the venv's editable install names.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "collections")])}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=True)
+    ansible_modules, finders, plan_file = done.stdout.splitlines()
+    assert plan_file == str(REPO / "specfleet" / "plan.py")
     assert ansible_modules == "[]"
     assert "_AnsibleCollectionFinder" not in finders

@@ -367,8 +367,8 @@ def test_the_readmes_real_fleet_quick_start_as_an_unprivileged_user(
             assert frozen.returncode == 0, frozen.stderr
             # One install: the collection came with the package, into the venv's site-packages.
             listed = quickstart.run_as(user, "ansible-galaxy collection list specfleet.fleet", home, env)
-            assert re.search(rf"^# {home}/\.venvs/specfleet/lib/python3\.\d+/site-packages/ansible_collections$",
-                             listed.stdout, re.M), listed.stdout
+            site = rf"{re.escape(str(home))}/\.venvs/specfleet/lib/python3\.\d+/site-packages"
+            assert re.search(rf"^# {site}/ansible_collections$", listed.stdout, re.M), listed.stdout
 
             # The event folder: the README's files, and the lab's own settings beside them.
             event = home / "event"

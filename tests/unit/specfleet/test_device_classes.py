@@ -43,13 +43,19 @@ def edit(path: Path, change) -> None:
 
 
 def test_each_per_class_default_comes_from_the_class_entry():
-    classes = catalog.load_device_classes()
     defaults = policy.defaults()
-    for name in catalog.PER_CLASS:
-        assert defaults[name] == {cls: found.policy[name] for cls, found in classes.items() if name in found.policy}
     assert defaults["specfleet_spec_tokens"] == {"thor": 5, "agx_orin": 3, "orin_nx": 3, "orin_nano": 3,
                                                  "dgx_spark": 5}
     assert set(defaults["specfleet_spec_methods_denied"]) == {"orin_nx", "orin_nano", "dgx_spark"}
+    assert defaults["specfleet_spec_tokens_by_method"] == {"dgx_spark": {"draft_model": 4}}
+    assert defaults["specfleet_gpu_memory_utilization"] == {"thor": 0.85, "agx_orin": 0.85, "orin_nx": 0.80,
+                                                            "orin_nano": 0.70, "dgx_spark": 0.90}
+    # Each call's maps are the caller's own: changing one changes no later default.
+    defaults["specfleet_spec_tokens_sweep"]["thor"].append(9)
+    defaults["specfleet_spec_methods_denied"]["orin_nx"].clear()
+    again = policy.defaults()
+    assert again["specfleet_spec_tokens_sweep"]["thor"] == []
+    assert "eagle3" in again["specfleet_spec_methods_denied"]["orin_nx"]
     assert capability.load_table().capability("thor") == 110
     # An override still merges class by class.
     merged = policy.merge({"specfleet_spec_tokens": {"thor": 4}})
@@ -89,3 +95,15 @@ def test_a_class_unknown_to_the_data_is_refused_by_name(shipped_data: Path):
     facts = {"device_class": "agx_orin_industrial", "l4t": "36.4.3", "memory_mb": 62841}
     assert any("unknown device class 'agx_orin_industrial'" in problem
                for problem in policy.expected_facts_problems(facts))
+
+
+def test_every_class_a_unit_can_be_recognised_as_is_a_device_class():
+    """The unit side's identity rows (jetson_identity) name classes; each is one the controller
+    plans for, so no recognised unit meets "unknown device class"."""
+    from ansible_collections.specfleet.fleet.plugins.module_utils import jetson_identity as identity
+
+    recognised = {found for found, _ in identity.MODULES.values()} | set(identity.CLASS_BY_MODULE_FAMILY.values())
+    recognised |= {found for _, found in identity.CLASS_BY_MODEL_SUBSTRING} | set(identity.MEMORY_BUCKETS_GIB)
+    recognised.add(identity.DGX_SPARK)
+    assert recognised <= set(catalog.device_class_names()), recognised - set(catalog.device_class_names())
+    assert set(catalog.device_class_names()) <= recognised  # and no class is one no unit is recognised as
