@@ -13,9 +13,8 @@ from pathlib import Path
 from ansible import constants
 from ansible.errors import AnsibleError
 from ansible.parsing.vault import VaultLib, match_encrypt_secret
-from ansible.plugins.action import ActionBase
 from ansible_collections.specfleet.fleet.plugins.module_utils.atomic_files import write_file
-from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import ControllerAction
 
 try:
     from specfleet import event_key
@@ -25,14 +24,10 @@ else:
     SPECFLEET_IMPORT_ERROR = None
 
 
-class ActionModule(ActionBase):
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    specfleet_import_error = SPECFLEET_IMPORT_ERROR
 
-    def run(self, tmp=None, task_vars=None):
-        require_specfleet(SPECFLEET_IMPORT_ERROR)
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
+    def act(self, result, task_vars):
         args = self._task.args
         path = event_key.key_file(Path(str(args.get("inventory_dir") or task_vars["inventory_dir"])).expanduser())
         # As ansible-vault encrypt chooses: the vault id asked for (this task's, else ansible.cfg's

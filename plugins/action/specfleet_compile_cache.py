@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible.plugins.action import ActionBase
-from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import ControllerAction
 
 try:
     from specfleet import prewarm
@@ -21,13 +20,10 @@ else:
     SPECFLEET_IMPORT_ERROR = None
 
 
-class ActionModule(ActionBase):
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    specfleet_import_error = SPECFLEET_IMPORT_ERROR
 
-    def run(self, tmp=None, task_vars=None):
-        require_specfleet(SPECFLEET_IMPORT_ERROR)
-        result = super().run(tmp, task_vars)
+    def act(self, result, task_vars):
         args = self._task.args
         state = args.get("state", "inspect")
         store = Path(str(args["store"])).expanduser()

@@ -8,8 +8,7 @@ where ansible-doc reads it.
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import ControllerAction
 
 try:
     from specfleet.catalog import load_catalog
@@ -21,14 +20,10 @@ else:
     SPECFLEET_IMPORT_ERROR = None
 
 
-class ActionModule(ActionBase):
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    specfleet_import_error = SPECFLEET_IMPORT_ERROR
 
-    def run(self, tmp=None, task_vars=None):
-        require_specfleet(SPECFLEET_IMPORT_ERROR)
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
+    def act(self, result, task_vars):
         host = task_vars.get("inventory_hostname", "?")
         facts = self._task.args.get("facts") or task_vars.get("ansible_facts", {}).get("specfleet_unit")
         policy = self._task.args.get("policy") or task_vars.get("specfleet_policy")

@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ansible.errors import AnsibleUndefinedVariable
-from ansible.plugins.action import ActionBase
-from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import ControllerAction
 
 try:
     from specfleet import policy as policy_module
@@ -27,14 +26,10 @@ else:
 # The collection this plugin belongs to: plugins/action/<this file> -> the root.
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 
-class ActionModule(ActionBase):
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    specfleet_import_error = SPECFLEET_IMPORT_ERROR
 
-    def run(self, tmp=None, task_vars=None):
-        require_specfleet(SPECFLEET_IMPORT_ERROR)
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
+    def act(self, result, task_vars):
         host = task_vars.get("inventory_hostname", "?")
         overrides = {
             name: self._templar.template(task_vars[name])

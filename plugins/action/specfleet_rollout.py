@@ -14,8 +14,7 @@ plugins/modules/specfleet_rollout.py, where ansible-doc reads it.
 from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
-from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import require_specfleet
+from ansible_collections.specfleet.fleet.plugins.plugin_utils.controller_package import ControllerAction
 
 try:
     from specfleet import release, rollout, runs, sweep
@@ -44,14 +43,10 @@ ARGUMENTS = {
 }
 
 
-class ActionModule(ActionBase):
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    specfleet_import_error = SPECFLEET_IMPORT_ERROR
 
-    def run(self, tmp=None, task_vars=None):
-        require_specfleet(SPECFLEET_IMPORT_ERROR)
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
+    def act(self, result, task_vars):
         step = self._task.args.get("step")
         if step not in STEPS:
             return {**result, "failed": True, "msg": f"step must be one of {', '.join(STEPS)}, got {step!r}"}

@@ -12,6 +12,7 @@ try/except ImportError and fail only when they are used, saying what to install.
 from __future__ import annotations
 
 from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
 
 MISSING_MESSAGE = (
     "the specfleet.fleet collection's controller-side plugins need the `specfleet` Python package "
@@ -41,3 +42,22 @@ class MissingSpecfleet:
             require_specfleet(self._import_error)
 
         return unavailable
+
+
+class ControllerAction(ActionBase):
+    """An action that runs on the controller only, over the `specfleet` package: no connection
+    to the unit, check mode supported (the actions change nothing on a unit themselves). A
+    subclass sets ``specfleet_import_error`` to what its guarded `specfleet` import raised (None
+    when it succeeded) and does its work in ``act``."""
+
+    _requires_connection = False
+    _supports_check_mode = True
+    specfleet_import_error: ImportError | None = None
+
+    def run(self, tmp=None, task_vars=None):
+        require_specfleet(self.specfleet_import_error)
+        return self.act(super().run(tmp, task_vars), task_vars or {})
+
+    def act(self, result: dict, task_vars: dict) -> dict:
+        """The action's work: ``result`` is ActionBase's, ``task_vars`` the task's variables."""
+        raise NotImplementedError
