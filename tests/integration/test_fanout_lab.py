@@ -561,8 +561,11 @@ def test_units_on_ssh_port_2222_copy_unit_to_unit_with_host_keys_checked(lab_uni
 
 
 def ssh_dir(node: Node) -> str:
-    """The login user's ~/.ssh as a listing (names, sizes, times) and its authorized_keys."""
-    return ssh(node, "ls -la --time-style=+%s ~/.ssh; cat ~/.ssh/authorized_keys").stdout
+    """The login user's ~/.ssh: every file but a socket (name, size, time) and authorized_keys.
+    An earlier fan-out's ssh control sockets (ControlPersist) go away on their own, and the
+    folder's time with them."""
+    return ssh(node, "find ~/.ssh -mindepth 1 ! -type s -printf '%y %f %s %T@\\n' | sort; "
+                     "cat ~/.ssh/authorized_keys").stdout
 
 
 def inventory_hosts_map(inventory: dict) -> dict:
